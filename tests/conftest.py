@@ -1,0 +1,29 @@
+"""Test-session set-up: quiet TensorFlow, stop every TFF worker this run starts."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import pytest  # noqa: E402
+
+from tff_ssl import runtime  # noqa: E402
+
+
+def pytest_configure(config):  # pylint: disable=unused-argument
+  runtime.install()
+
+
+def pytest_sessionfinish(session, exitstatus):  # pylint: disable=unused-argument
+  runtime.stop_workers()
+
+
+@pytest.fixture(scope="session")
+def synthetic_train():
+  from tff_ssl.data import synthetic  # pylint: disable=g-import-not-at-top
+  return synthetic("train", num_examples=400, seed=0)
+
+
+@pytest.fixture(scope="session")
+def synthetic_test():
+  from tff_ssl.data import synthetic  # pylint: disable=g-import-not-at-top
+  return synthetic("test", num_examples=200, seed=0)

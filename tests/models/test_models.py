@@ -1,0 +1,94 @@
+"""Encoders and heads: GroupNorm + weight standardization everywhere, no BatchNorm, right shapes."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_ssl import models
+from tff_ssl.models.layers import WSConv2D
+
+
+def _layers(model):
+  out = []
+  for layer in model.layers:
+    out.extend(_layers(layer) if isinstance(layer, tf.keras.Model) else [layer])
+  return out
+
+
+@pytest.mark.parametrize("name", sorted(models.ENCODERS))
+@pytest.mark.parametrize("small_input", [True, False])
+def test_encoder_registry_builds_gn_ws_models(name, small_input):
+  shape = (32, 32, 3) if small_input else (64, 64, 3)
+  enc = models.build_encoder(name, shape, width=0.25, small_input=small_input)
+  layers = _layers(enc)
+  assert not any(isinstance(l, tf.keras.layers.BatchNormalization) for l in layers)
+  convs = [l for l in layers if isinstance(l, tf.keras.layers.Conv2D)]
+  assert convs and all(isinstance(l, WSConv2D) for l in convs)
+  norms = [l for l in layers if isinstance(l, tf.keras.layers.GroupNormalization)]
+  assert len(norms) == len(convs)  # Every convolution is followed by a GroupNorm.
+  expected_depth = {"resnet14": 13, "resnet18": 17, "resnet50": 49}[name]
+  shortcuts = sum(1 for l in convs if l.name.endswith("_proj"))
+  assert len(convs) - shortcuts == expected_depth  # Conv layers of the nominal depth (minus the fc).
+  out = enc(tf.zeros((2,) + shape))
+  assert out.shape == (2, enc.output_shape[-1])
+
+
+def test_resnet14_widths_and_feature_dim():
+  assert models.build_encoder("resnet14", (28, 28, 1)).output_shape == (None, 64)
+  assert models.build_encoder("resnet14", (28, 28, 1), width=2).output_shape == (None, 128)
+  assert models.build_encoder("resnet50", (32, 32, 3), width=0.25).output_shape == (None, 512)
+
+
+def test_unknown_encoder_and_bad_width_raise():
+  with pytest.raises(ValueError, match="unknown encoder 'vgg'"):
+    models.build_encoder("vgg", (32, 32, 3))
+  with pytest.raises(ValueError, match="width"):
+    models.build_encoder("resnet14", (32, 32, 3), width=0)
+
+
+def test_weight_standardized_convolution_matches_manual_computation():
+  layer = WSConv2D(4, 3, padding="same", use_bias=False, ws_eps=0.0)
+  x = tf.random.stateless_normal((2, 5, 5, 3), seed=[0, 1])
+  y = layer(x)
+  k = layer.kernel.numpy()
+  k_std = (k - k.mean(axis=(0, 1, 2))) / k.std(axis=(0, 1, 2))
+  np.testing.assert_allclose(layer.standardized_kernel(layer.kernel).numpy(), k_std, atol=1e-5)
+  want = tf.nn.conv2d(x, k_std.astype(np.float32), 1, "SAME")
+  np.testing.assert_allclose(y.numpy(), want.numpy(), atol=1e-4)
+  # Invariant to the kernel's per-filter scale and shift: the point of standardization.
+  layer.kernel.assign(3.0 * layer.kernel + 0.5)
+  np.testing.assert_allclose(layer(x).numpy(), y.numpy(), atol=1e-4)
+
+
+def test_num_groups_is_32_when_it_divides():
+  assert models.num_groups(64) == 32
+  assert models.num_groups(16) == 16
+  assert models.num_groups(48) == 16
+  assert models.num_groups(1024) == 32
+
+
+def test_mlp_head_has_gn_between_hidden_layers_only():
+  head = models.build_mlp_head(16, [32, 32, 8], name="projector")
+  kinds = [type(l).__name__ for l in head.layers[1:]]
+  assert kinds == ["Dense", "GroupNormalization", "ReLU", "Dense", "GroupNormalization", "ReLU",
+                   "Dense"]
+  assert head.output_shape == (None, 8)
+  with pytest.raises(ValueError, match="head sizes"):
+    models.build_mlp_head(16, [])
+
+
+def test_group_norm_makes_outputs_independent_of_the_rest_of_the_batch():
+  tf.keras.utils.set_random_seed(0)
+  enc = models.build_encoder("resnet14", (16, 16, 1), width=0.5)
+  x = tf.random.stateless_uniform((4, 16, 16, 1), seed=[1, 2])
+  alone = enc(x[:1], training=True)
+  batched = enc(x, training=True)[:1]
+  np.testing.assert_allclose(alone.numpy(), batched.numpy(), atol=1e-5)
+
+
+def test_ssl_model_projects_images():
+  tf.keras.utils.set_random_seed(0)
+  m = models.build_ssl_model("resnet14", (16, 16, 1), [32, 32, 16], width=0.5)
+  assert m.project(tf.zeros((3, 16, 16, 1))).shape == (3, 16)
+  assert len(m.trainable_variables) == len(m.encoder.trainable_variables) + len(
+      m.projector.trainable_variables)

@@ -1,0 +1,1 @@
+"""tff-ssl: federated self-supervised learning of image encoders in TensorFlow Federated."""

@@ -1,0 +1,189 @@
+"""Deterministic partitions of a labeled image set into clients of a fixed size.
+
+A partition is an int64 array `[num_clients, samples_per_client]` of indices into the dataset; no index
+appears twice. Both schemes draw every random choice from `np.random.default_rng(seed)`.
+
+  dirichlet_partition        each client's label mix ~ Dir(alpha * 1): alpha = 0 gives clients of one
+                             class (DCCO's non-IID setting), large alpha (1000) near-IID clients.
+  classes_per_client_partition
+                             each client holds k distinct classes in near-equal shares (FedEMA's
+                             "2 of 10 / 20 of 100 classes" setting).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+
+def _validate(labels: np.ndarray, num_clients: int, samples_per_client: int) -> np.ndarray:
+  labels = np.asarray(labels)
+  if labels.ndim != 1:
+    raise ValueError(f"labels must be a 1-D array; got shape {labels.shape}")
+  if num_clients < 1:
+    raise ValueError(f"num_clients must be >= 1; got {num_clients}")
+  if samples_per_client < 1:
+    raise ValueError(f"samples_per_client must be >= 1; got {samples_per_client}")
+  if (labels < 0).any():
+    raise ValueError("labels must be >= 0 to partition by label; an unlabeled split can only be "
+                     "partitioned IID (use a large alpha on a labeled split, or iid_partition)")
+  needed = num_clients * samples_per_client
+  if needed > labels.shape[0]:
+    raise ValueError(f"{num_clients} clients x {samples_per_client} samples = {needed} samples, but "
+                     f"the dataset has only {labels.shape[0]}; lower num_clients or "
+                     f"samples_per_client")
+  return labels
+
+
+def _class_pools(labels: np.ndarray, rng: np.random.Generator) -> list[list[int]]:
+  """Per class, its indices in a random order (popped from the end)."""
+  num_classes = int(labels.max()) + 1
+  return [list(rng.permutation(np.flatnonzero(labels == c))) for c in range(num_classes)]
+
+
+def _take(pools: list[list[int]], counts: np.ndarray) -> list[int]:
+  out = []
+  for c, k in enumerate(counts):
+    for _ in range(int(k)):
+      out.append(pools[c].pop())
+  return out
+
+
+def _fit_counts(counts: np.ndarray, remaining: np.ndarray, weights: np.ndarray,
+                rng: np.random.Generator) -> np.ndarray:
+  """Moves counts beyond a class's remaining samples to classes that still have some.
+
+  The excess goes preferentially to classes the client already favours (`weights`), else to classes
+  in proportion to what they have left.
+  """
+  counts = counts.copy()
+  excess = int(np.maximum(counts - remaining, 0).sum())
+  counts = np.minimum(counts, remaining)
+  while excess > 0:
+    room = remaining - counts
+    p = np.where(room > 0, weights, 0.0)
+    if p.sum() <= 0:
+      p = room.astype(np.float64)
+    p = p / p.sum()
+    c = rng.choice(len(p), p=p)
+    counts[c] += 1
+    excess -= 1
+  return counts
+
+
+def dirichlet_partition(labels: np.ndarray, *, num_clients: int, samples_per_client: int,
+                        alpha: float, seed: int) -> np.ndarray:
+  """Clients whose label proportions are drawn from a symmetric Dirichlet(alpha).
+
+  alpha = 0 is the limit in which each client holds a single class: the class is drawn in proportion
+  to the samples it has left, among classes that can still fill a whole client. Only when no class can
+  (the classes' leftovers are all smaller than a client), a client takes several classes; that is
+  logged.
+
+  Args:
+    labels: int array [N] of class labels >= 0.
+    num_clients: number of clients (>= 1).
+    samples_per_client: samples each client holds (>= 1).
+    alpha: Dirichlet concentration (>= 0).
+    seed: seed of every random choice.
+
+  Returns:
+    int64 array [num_clients, samples_per_client] of distinct indices into `labels`.
+
+  Raises:
+    ValueError: alpha < 0, no clients, or more samples requested than the dataset has.
+  """
+  if not alpha >= 0:  # Also rejects NaN.
+    raise ValueError(f"alpha must be >= 0 (0: one class per client; 1000: IID); got {alpha}")
+  labels = _validate(labels, num_clients, samples_per_client)
+  rng = np.random.default_rng(seed)
+  pools = _class_pools(labels, rng)
+  num_classes = len(pools)
+  clients = np.empty((num_clients, samples_per_client), np.int64)
+  mixed = 0
+  for k in range(num_clients):
+    remaining = np.array([len(p) for p in pools])
+    if alpha == 0:
+      fits = remaining >= samples_per_client
+      if fits.any():
+        p = np.where(fits, remaining, 0) / np.where(fits, remaining, 0).sum()
+        counts = np.zeros(num_classes, np.int64)
+        counts[rng.choice(num_classes, p=p)] = samples_per_client
+      else:
+        mixed += 1
+        weights = remaining.astype(np.float64)
+        counts = _fill(np.zeros(num_classes, np.int64), samples_per_client, remaining, weights, rng)
+    else:
+      proportions = rng.dirichlet(np.full(num_classes, float(alpha)))
+      proportions = np.nan_to_num(proportions, nan=0.0)
+      if proportions.sum() <= 0:  # Underflow at tiny alpha: all mass on one class.
+        proportions = np.eye(num_classes)[rng.integers(num_classes)]
+      proportions = proportions / proportions.sum()
+      counts = rng.multinomial(samples_per_client, proportions)
+      counts = _fit_counts(counts, remaining, proportions + 1e-12, rng)
+    clients[k] = rng.permutation(_take(pools, counts))
+  if mixed:
+    logging.info("dirichlet_partition(alpha=0): %d of %d clients hold more than one class, because "
+                 "no single class had %d samples left", mixed, num_clients, samples_per_client)
+  return clients
+
+
+def _fill(counts, total, remaining, weights, rng):
+  """Adds samples to `counts` until it sums to `total`, respecting `remaining`."""
+  counts = counts.copy()
+  while counts.sum() < total:
+    room = remaining - counts
+    p = np.where(room > 0, weights, 0.0)
+    c = rng.choice(len(p), p=p / p.sum())
+    counts[c] += 1
+  return counts
+
+
+def classes_per_client_partition(labels: np.ndarray, *, num_clients: int, samples_per_client: int,
+                                 classes_per_client: int, seed: int) -> np.ndarray:
+  """Clients holding `classes_per_client` distinct classes each, in near-equal shares.
+
+  Classes are drawn without replacement in proportion to the samples they have left, among those that
+  can still supply their share.
+
+  Raises:
+    ValueError: classes_per_client outside [1, num_classes] or above samples_per_client, no clients,
+      more samples than the dataset has, or classes exhausted before every client is filled.
+  """
+  labels = _validate(labels, num_clients, samples_per_client)
+  num_classes = int(labels.max()) + 1
+  if not 1 <= classes_per_client <= num_classes:
+    raise ValueError(f"classes_per_client must be in [1, {num_classes}] (the dataset's classes); "
+                     f"got {classes_per_client}")
+  if classes_per_client > samples_per_client:
+    raise ValueError(f"classes_per_client ({classes_per_client}) cannot exceed samples_per_client "
+                     f"({samples_per_client}): each class needs at least one sample")
+  rng = np.random.default_rng(seed)
+  pools = _class_pools(labels, rng)
+  base, extra = divmod(samples_per_client, classes_per_client)
+  shares = np.array([base + 1] * extra + [base] * (classes_per_client - extra))
+  clients = np.empty((num_clients, samples_per_client), np.int64)
+  for k in range(num_clients):
+    remaining = np.array([len(p) for p in pools])
+    counts = np.zeros(num_classes, np.int64)
+    for share in shares:
+      ok = (remaining >= share) & (counts == 0)
+      if not ok.any():
+        raise ValueError(
+            f"cannot give client {k} of {num_clients} {classes_per_client} classes of ~{base} "
+            f"samples each: the classes are used up; lower num_clients or samples_per_client")
+      p = np.where(ok, remaining, 0).astype(np.float64)
+      c = rng.choice(num_classes, p=p / p.sum())
+      counts[c] = share
+    clients[k] = rng.permutation(_take(pools, counts))
+  return clients
+
+
+def iid_partition(num_examples: int, *, num_clients: int, samples_per_client: int,
+                  seed: int) -> np.ndarray:
+  """Clients of uniformly random, disjoint samples (works on unlabeled splits)."""
+  _validate(np.zeros(num_examples, np.int64), num_clients, samples_per_client)
+  rng = np.random.default_rng(seed)
+  idx = rng.permutation(num_examples)[:num_clients * samples_per_client]
+  return idx.reshape(num_clients, samples_per_client).astype(np.int64)

@@ -1,0 +1,197 @@
+"""Image sources: uint8 images and integer labels per split, offline first.
+
+`load(name, split)` returns an `ImageSet`. Sources (registry `SOURCES`):
+
+  fashion_mnist  Debian's `dataset-fashion-mnist` IDX files (or $TFF_SSL_FASHION_MNIST_DIR); falls back
+                 to tensorflow-datasets' `fashion_mnist` when those files are absent.
+  cifar10, cifar100, stl10
+                 tensorflow-datasets (stl10 has the extra split "unlabelled", labels -1). tfds is asked
+                 not to download unless `download=True`: these machines are offline.
+  synthetic      a small, seeded, class-structured image set made on the fly (for tests and smoke runs).
+
+A source that cannot be had raises `DataUnavailableError` whose one-line message says how to get it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import struct
+from typing import Callable
+
+import numpy as np
+
+UNLABELED = -1
+FASHION_MNIST_DIRS = ("/usr/share/datasets/fashion-mnist",)
+_FASHION_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+
+class DataUnavailableError(ValueError):
+  """A data source's files are missing; the message says how to get them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageSet:
+  """One split of an image dataset held in memory."""
+
+  images: np.ndarray  # uint8 [N, H, W, C]
+  labels: np.ndarray  # int64 [N]; UNLABELED (-1) where the split has no labels
+  num_classes: int
+  name: str = ""
+
+  def __post_init__(self):
+    if self.images.dtype != np.uint8 or self.images.ndim != 4:
+      raise ValueError(f"images must be uint8 [N, H, W, C]; got {self.images.dtype} "
+                       f"{self.images.shape}")
+    if self.labels.shape != (self.images.shape[0],):
+      raise ValueError(f"need one label per image; got {self.labels.shape[0]} labels for "
+                       f"{self.images.shape[0]} images")
+
+  def __len__(self) -> int:
+    return self.images.shape[0]
+
+  @property
+  def image_shape(self) -> tuple[int, int, int]:
+    return tuple(self.images.shape[1:])
+
+  def subset(self, indices: np.ndarray) -> "ImageSet":
+    return ImageSet(self.images[indices], self.labels[indices], self.num_classes, self.name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Fashion-MNIST from IDX files.
+
+
+def read_idx(path: str) -> np.ndarray:
+  """Reads an IDX file (optionally gzipped) of unsigned bytes into an array."""
+  opener = gzip.open if path.endswith(".gz") else open
+  with opener(path, "rb") as f:
+    zero, dtype_code, ndim = struct.unpack(">HBB", f.read(4))
+    if zero != 0 or dtype_code != 0x08:
+      raise ValueError(f"{path} is not an IDX file of unsigned bytes (header {zero}, {dtype_code})")
+    shape = struct.unpack(">" + "I" * ndim, f.read(4 * ndim))
+    data = np.frombuffer(f.read(), dtype=np.uint8)
+  if data.size != int(np.prod(shape)):
+    raise ValueError(f"{path} is truncated: {data.size} bytes for shape {shape}")
+  return data.reshape(shape)
+
+
+def fashion_mnist_dir() -> str | None:
+  """The folder holding the Fashion-MNIST IDX files, or None."""
+  candidates = [os.environ["TFF_SSL_FASHION_MNIST_DIR"]] if os.environ.get(
+      "TFF_SSL_FASHION_MNIST_DIR") else list(FASHION_MNIST_DIRS)
+  for d in candidates:
+    if all(os.path.exists(os.path.join(d, f)) for files in _FASHION_MNIST_FILES.values()
+           for f in files):
+      return d
+  return None
+
+
+def _load_fashion_mnist(split: str, data_dir: str | None, download: bool) -> ImageSet:
+  _check_split("fashion_mnist", split, _FASHION_MNIST_FILES)
+  d = fashion_mnist_dir()
+  if d is None:
+    try:
+      return _load_tfds("fashion_mnist", split, data_dir, download, num_classes=10)
+    except DataUnavailableError:
+      raise DataUnavailableError(
+          "Fashion-MNIST not found: install Debian's package (apt-get install dataset-fashion-mnist), "
+          "set TFF_SSL_FASHION_MNIST_DIR to a folder with its four IDX .gz files, or prepare tfds "
+          "'fashion_mnist'") from None
+  image_file, label_file = _FASHION_MNIST_FILES[split]
+  images = read_idx(os.path.join(d, image_file))[..., None]
+  labels = read_idx(os.path.join(d, label_file)).astype(np.int64)
+  return ImageSet(images, labels, 10, "fashion_mnist")
+
+
+# ---------------------------------------------------------------------------------------------------
+# tensorflow-datasets.
+
+_TFDS_SPLITS = {
+    "cifar10": ("train", "test"),
+    "cifar100": ("train", "test"),
+    "stl10": ("train", "test", "unlabelled"),
+    "fashion_mnist": ("train", "test"),
+}
+_TFDS_CLASSES = {"cifar10": 10, "cifar100": 100, "stl10": 10, "fashion_mnist": 10}
+
+
+def _load_tfds(name: str, split: str, data_dir: str | None, download: bool,
+               num_classes: int | None = None) -> ImageSet:
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  _check_split(name, split, _TFDS_SPLITS[name])
+  try:
+    ds = tfds.load(name, split=split, data_dir=data_dir, download=download)
+  except AssertionError as e:  # tfds' way of saying "not prepared and download=False".
+    raise DataUnavailableError(
+        f"tfds dataset {name!r} is not prepared in {data_dir or '~/tensorflow_datasets'}: run "
+        f"`tfds build {name}` on a machine with internet and copy the folder there, or pass "
+        f"download=True (--download) where the internet can be reached") from e
+  # Batched iteration rather than batch_size=-1, which needs the split's size up front.
+  batches = list(tfds.as_numpy(ds.batch(4096)))
+  images = np.concatenate([b["image"] for b in batches]).astype(np.uint8)
+  labels = np.concatenate([b["label"] for b in batches]).astype(np.int64)
+  if split == "unlabelled":
+    labels = np.full(images.shape[0], UNLABELED, np.int64)
+  labels = np.where(labels < 0, UNLABELED, labels)
+  return ImageSet(images, labels, num_classes or _TFDS_CLASSES[name], name)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Synthetic.
+
+
+def synthetic(split: str = "train", *, num_examples: int | None = None, image_size: int = 28,
+              channels: int = 1, num_classes: int = 10, seed: int = 0) -> ImageSet:
+  """A class-structured synthetic image set: each class is an oriented grating plus noise.
+
+  Deterministic in (split, seed); train and test use different noise.
+  """
+  _check_split("synthetic", split, ("train", "test"))
+  n = num_examples if num_examples is not None else (2000 if split == "train" else 500)
+  rng = np.random.default_rng([seed, 0 if split == "train" else 1])
+  labels = np.arange(n, dtype=np.int64) % num_classes
+  rng.shuffle(labels)
+  yy, xx = np.mgrid[0:image_size, 0:image_size] / image_size
+  angle = np.pi * labels / num_classes
+  freq = 2.0 + (labels % 3)
+  phase = rng.uniform(0, 2 * np.pi, size=n)
+  wave = np.sin(2 * np.pi * freq[:, None, None] *
+                (np.cos(angle)[:, None, None] * xx + np.sin(angle)[:, None, None] * yy) +
+                phase[:, None, None])
+  img = 0.5 + 0.35 * wave[..., None] + 0.1 * rng.standard_normal((n, image_size, image_size, channels))
+  images = np.clip(np.round(img * 255), 0, 255).astype(np.uint8)
+  return ImageSet(images, labels, num_classes, "synthetic")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Registry.
+
+
+def _check_split(name: str, split: str, valid) -> None:
+  if split not in valid:
+    raise ValueError(f"unknown split {split!r} for {name}; choose one of {sorted(valid)}")
+
+
+SOURCES: dict[str, Callable[..., ImageSet]] = {
+    "fashion_mnist": lambda split, data_dir=None, download=False: _load_fashion_mnist(
+        split, data_dir, download),
+    "cifar10": lambda split, data_dir=None, download=False: _load_tfds("cifar10", split, data_dir,
+                                                                       download),
+    "cifar100": lambda split, data_dir=None, download=False: _load_tfds("cifar100", split, data_dir,
+                                                                        download),
+    "stl10": lambda split, data_dir=None, download=False: _load_tfds("stl10", split, data_dir,
+                                                                     download),
+    "synthetic": lambda split, data_dir=None, download=False: synthetic(split),
+}
+
+
+def load(name: str, split: str, *, data_dir: str | None = None, download: bool = False) -> ImageSet:
+  """Split `split` of source `name` (one of SOURCES) as uint8 images and int64 labels."""
+  if name not in SOURCES:
+    raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(SOURCES)}")
+  return SOURCES[name](split, data_dir=data_dir, download=download)

@@ -1,0 +1,158 @@
+"""Evaluation protocols for pretrained encoders: linear probe, full fine-tuning, supervised baseline.
+
+All three train on a stratified, seeded fraction of the labeled train split (10%, 1%, 100%) and report
+top-1 accuracy on the test split. DCCO's settings (Appendix B, 5K labels on CIFAR-100):
+  linear probe   LARS, lr 2.0, momentum 0.9, cosine decay, batch 512, 1000 steps; features extracted once
+                 from the frozen encoder.
+  fine-tuning    Adam, lr 5e-3, cosine decay, batch 256, 100 steps; flip augmentation only.
+  supervised     from scratch, Adam, lr 0.01, cosine decay, batch 256, 100 epochs; flips only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tff_ssl import optim
+from tff_ssl.data.augment import AugmentConfig, augment, to_float
+from tff_ssl.data.sources import ImageSet
+from tff_ssl.training.centralized import batch_indices
+
+
+def labeled_subset(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+  """Sorted indices of a stratified random `fraction` of the labeled examples.
+
+  Each class keeps round(fraction * its count) examples, at least one.
+  """
+  if not 0 < fraction <= 1:
+    raise ValueError(f"label fraction must be in (0, 1]; got {fraction}")
+  labels = np.asarray(labels)
+  rng = np.random.default_rng(seed)
+  chosen = []
+  for c in np.unique(labels[labels >= 0]):
+    idx = np.flatnonzero(labels == c)
+    k = max(1, int(round(fraction * idx.size)))
+    chosen.append(rng.choice(idx, size=k, replace=False))
+  if not chosen:
+    raise ValueError("the split has no labeled examples to evaluate on")
+  return np.sort(np.concatenate(chosen))
+
+
+def extract_features(encoder: tf.keras.Model, images: np.ndarray,
+                     batch_size: int = 1000) -> np.ndarray:
+  """The frozen encoder's features of uint8 `images`, float32 [N, D]."""
+  fn = tf.function(lambda x: encoder(to_float(x), training=False))
+  return np.concatenate([fn(tf.constant(images[i:i + batch_size])).numpy()
+                         for i in range(0, images.shape[0], batch_size)])
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearProbeConfig:
+  label_fraction: float = 0.1
+  steps: int = 1000
+  batch_size: int = 512
+  optimizer: str = "lars"
+  learning_rate: float = 2.0
+  seed: int = 0
+
+
+def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
+  return float(np.mean(np.argmax(logits, axis=1) == labels))
+
+
+def train_linear_classifier(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
+                            test_y: np.ndarray, num_classes: int,
+                            config: LinearProbeConfig) -> float:
+  """Fits a linear softmax classifier on fixed features; returns test top-1 accuracy."""
+  tf.keras.utils.set_random_seed(config.seed)
+  head = tf.keras.layers.Dense(num_classes, kernel_initializer="zeros", name="linear")
+  head.build((None, train_x.shape[1]))
+  opt = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps)
+  batch = min(config.batch_size, train_x.shape[0])
+  x_all = tf.constant(train_x, tf.float32)
+  y_all = tf.constant(train_y, tf.int64)
+
+  @tf.function
+  def step(idx):
+    x, y = tf.gather(x_all, idx), tf.gather(y_all, idx)
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, head(x)))
+    opt.apply_gradients(zip(tape.gradient(loss, head.trainable_variables),
+                            head.trainable_variables))
+    return loss
+
+  batches = batch_indices(train_x.shape[0], batch, config.seed)
+  for _ in range(config.steps):
+    step(tf.constant(next(batches)))
+  return _accuracy(head(tf.constant(test_x, tf.float32)).numpy(), test_y)
+
+
+def linear_probe(encoder: tf.keras.Model, train: ImageSet, test: ImageSet,
+                 config: LinearProbeConfig = LinearProbeConfig()) -> float:
+  """Linear-probe top-1 test accuracy of the frozen `encoder` on `config.label_fraction` labels."""
+  idx = labeled_subset(train.labels, config.label_fraction, config.seed)
+  train_x = extract_features(encoder, train.images[idx])
+  test_x = extract_features(encoder, test.images)
+  # Standardizing with the labeled subset's statistics makes one learning rate fit every encoder.
+  mean, std = train_x.mean(0), train_x.std(0) + 1e-6
+  return train_linear_classifier((train_x - mean) / std, train.labels[idx], (test_x - mean) / std,
+                                 test.labels, train.num_classes, config)
+
+
+@dataclasses.dataclass(frozen=True)
+class FineTuneConfig:
+  label_fraction: float = 0.1
+  steps: int = 100
+  batch_size: int = 256
+  optimizer: str = "adam"
+  learning_rate: float = 5e-3
+  augment: AugmentConfig = AugmentConfig.flip_only()
+  seed: int = 0
+
+
+def _train_classifier(encoder: tf.keras.Model, train: ImageSet, test: ImageSet,
+                      config: FineTuneConfig) -> float:
+  idx = labeled_subset(train.labels, config.label_fraction, config.seed)
+  images, labels = train.images[idx], train.labels[idx]
+  head = tf.keras.layers.Dense(train.num_classes, name="classifier")
+  head.build((None, encoder.output_shape[-1]))
+  variables = encoder.trainable_variables + head.trainable_variables
+  opt = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps)
+
+  @tf.function
+  def step(x, ids, y, i):
+    x = augment(x, tf.stack([tf.constant(config.seed, tf.int64), i]), config.augment, ids)
+    with tf.GradientTape() as tape:
+      logits = head(encoder(x, training=True))
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+    opt.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss
+
+  batches = batch_indices(images.shape[0], min(config.batch_size, images.shape[0]), config.seed)
+  for i in range(config.steps):
+    b = next(batches)
+    step(tf.constant(images[b]), tf.constant(b, tf.int64), tf.constant(labels[b]),
+         tf.constant(i, tf.int64))
+  predict = tf.function(lambda x: head(encoder(to_float(x), training=False)))
+  logits = np.concatenate([predict(tf.constant(test.images[i:i + 1000])).numpy()
+                           for i in range(0, len(test), 1000)])
+  return _accuracy(logits, test.labels)
+
+
+def fine_tune(encoder: tf.keras.Model, train: ImageSet, test: ImageSet,
+              config: FineTuneConfig = FineTuneConfig()) -> float:
+  """Fine-tunes a copy of `encoder` plus a linear head end to end; returns test top-1 accuracy."""
+  copy = tf.keras.models.clone_model(encoder)
+  copy.set_weights(encoder.get_weights())
+  tf.keras.utils.set_random_seed(config.seed)
+  return _train_classifier(copy, train, test, config)
+
+
+def supervised_from_scratch(build_encoder: Callable[[], tf.keras.Model], train: ImageSet,
+                            test: ImageSet, config: FineTuneConfig) -> float:
+  """Trains a freshly initialized encoder plus a linear head on the labeled fraction."""
+  tf.keras.utils.set_random_seed(config.seed)
+  return _train_classifier(build_encoder(), train, test, config)

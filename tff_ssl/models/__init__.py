@@ -1,0 +1,50 @@
+"""Encoders and heads, with the registry of encoders by name."""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import tensorflow as tf
+
+from tff_ssl.models.heads import build_mlp_head
+from tff_ssl.models.layers import WSConv2D, group_norm, num_groups
+from tff_ssl.models.resnet import RESNETS, build_resnet
+
+# name -> builder(input_shape, *, width, small_input) -> Keras encoder producing [B, D] features.
+ENCODERS: dict[str, Callable[..., tf.keras.Model]] = {
+    name: functools.partial(build_resnet, name) for name in RESNETS
+}
+
+
+def build_encoder(name: str, input_shape: Sequence[int], **kwargs) -> tf.keras.Model:
+  """Encoder `name` (one of ENCODERS) for images of `input_shape` (H, W, C)."""
+  if name not in ENCODERS:
+    raise ValueError(f"unknown encoder {name!r}; choose one of {sorted(ENCODERS)}")
+  return ENCODERS[name](input_shape, **kwargs)
+
+
+class SSLModel:
+  """An encoder and the projector on top of it; SSL losses see `project(images)`."""
+
+  def __init__(self, encoder: tf.keras.Model, projector: tf.keras.Model):
+    self.encoder = encoder
+    self.projector = projector
+
+  @property
+  def trainable_variables(self) -> list[tf.Variable]:
+    return self.encoder.trainable_variables + self.projector.trainable_variables
+
+  def project(self, images: tf.Tensor, training: bool = True) -> tf.Tensor:
+    return self.projector(self.encoder(images, training=training), training=training)
+
+
+def build_ssl_model(encoder: str, input_shape: Sequence[int], projector_sizes: Sequence[int], *,
+                    width: float = 1.0, small_input: bool = True) -> SSLModel:
+  """Encoder `encoder` plus an MLP projector of `projector_sizes` (e.g. [1024, 1024, 1024]).
+
+  Initialization draws from TensorFlow's global seed: call `tf.keras.utils.set_random_seed` first.
+  """
+  enc = build_encoder(encoder, input_shape, width=width, small_input=small_input)
+  proj = build_mlp_head(enc.output_shape[-1], projector_sizes, name="projector")
+  return SSLModel(enc, proj)

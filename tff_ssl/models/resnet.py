@@ -1,0 +1,102 @@
+"""Keras ResNets with weight-standardized convolutions and GroupNorm everywhere (no BatchNorm).
+
+DCCO trains ResNet-14 (CIFAR) and ResNet-50 (DERM) with Weight Standardization + GroupNorm(32) at every
+layer (Sec. 4.1); batch-free normalization is what lets clients with one image train at all.
+
+Depths:
+  resnet14: He et al.'s CIFAR family (6n + 2 layers, n = 2): three stages of two basic blocks, 16/32/64
+            filters. The DCCO paper names the depth only; this is the standard 14-layer ResNet.
+  resnet18: four stages of two basic blocks, 64/128/256/512 filters.
+  resnet50: four stages of 3/4/6/3 bottleneck blocks, 64/128/256/512 filters (x4 expansion).
+Widths are multiplied by `width`. With `small_input=True` (28-32 px images) the stem is one 3x3 stride-1
+convolution and no max-pool; otherwise the ImageNet stem (7x7 stride 2 + 3x3 max-pool).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import tensorflow as tf
+
+from tff_ssl.models.layers import WSConv2D, group_norm
+
+
+@dataclasses.dataclass(frozen=True)
+class ResNetSpec:
+  block: str  # "basic" or "bottleneck"
+  blocks_per_stage: tuple[int, ...]
+  filters: tuple[int, ...]
+  stem_filters: int
+
+
+RESNETS = {
+    "resnet14": ResNetSpec("basic", (2, 2, 2), (16, 32, 64), 16),
+    "resnet18": ResNetSpec("basic", (2, 2, 2, 2), (64, 128, 256, 512), 64),
+    "resnet50": ResNetSpec("bottleneck", (3, 4, 6, 3), (64, 128, 256, 512), 64),
+}
+
+
+def _conv(filters: int, kernel: int, stride: int, name: str) -> WSConv2D:
+  return WSConv2D(filters, kernel, strides=stride, padding="same", use_bias=False,
+                  kernel_initializer="he_normal", name=name)
+
+
+def _basic_block(x, filters: int, stride: int, name: str):
+  shortcut = x
+  if stride != 1 or x.shape[-1] != filters:
+    shortcut = _conv(filters, 1, stride, f"{name}_proj")(x)
+    shortcut = group_norm(filters, f"{name}_proj_gn")(shortcut)
+  y = _conv(filters, 3, stride, f"{name}_conv1")(x)
+  y = group_norm(filters, f"{name}_gn1")(y)
+  y = tf.keras.layers.ReLU(name=f"{name}_relu1")(y)
+  y = _conv(filters, 3, 1, f"{name}_conv2")(y)
+  y = group_norm(filters, f"{name}_gn2")(y)
+  y = tf.keras.layers.Add(name=f"{name}_add")([shortcut, y])
+  return tf.keras.layers.ReLU(name=f"{name}_out")(y)
+
+
+def _bottleneck_block(x, filters: int, stride: int, name: str):
+  out = 4 * filters
+  shortcut = x
+  if stride != 1 or x.shape[-1] != out:
+    shortcut = _conv(out, 1, stride, f"{name}_proj")(x)
+    shortcut = group_norm(out, f"{name}_proj_gn")(shortcut)
+  y = _conv(filters, 1, 1, f"{name}_conv1")(x)
+  y = group_norm(filters, f"{name}_gn1")(y)
+  y = tf.keras.layers.ReLU(name=f"{name}_relu1")(y)
+  y = _conv(filters, 3, stride, f"{name}_conv2")(y)
+  y = group_norm(filters, f"{name}_gn2")(y)
+  y = tf.keras.layers.ReLU(name=f"{name}_relu2")(y)
+  y = _conv(out, 1, 1, f"{name}_conv3")(y)
+  y = group_norm(out, f"{name}_gn3")(y)
+  y = tf.keras.layers.Add(name=f"{name}_add")([shortcut, y])
+  return tf.keras.layers.ReLU(name=f"{name}_out")(y)
+
+
+def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 1.0,
+                 small_input: bool = True, name: str | None = None) -> tf.keras.Model:
+  """A ResNet encoder mapping images [B, H, W, C] (floats in [0, 1]) to pooled features [B, D]."""
+  if depth_name not in RESNETS:
+    raise ValueError(f"unknown ResNet {depth_name!r}; choose one of {sorted(RESNETS)}")
+  if width <= 0:
+    raise ValueError(f"width multiplier must be > 0; got {width}")
+  spec = RESNETS[depth_name]
+  scale = lambda f: max(1, int(round(f * width)))  # noqa: E731
+  inputs = tf.keras.Input(shape=tuple(input_shape), name="images")
+  x = inputs
+  if small_input:
+    x = _conv(scale(spec.stem_filters), 3, 1, "stem_conv")(x)
+  else:
+    x = _conv(scale(spec.stem_filters), 7, 2, "stem_conv")(x)
+  x = group_norm(scale(spec.stem_filters), "stem_gn")(x)
+  x = tf.keras.layers.ReLU(name="stem_relu")(x)
+  if not small_input:
+    x = tf.keras.layers.MaxPool2D(3, strides=2, padding="same", name="stem_pool")(x)
+  block_fn = _basic_block if spec.block == "basic" else _bottleneck_block
+  for stage, (blocks, filters) in enumerate(zip(spec.blocks_per_stage, spec.filters)):
+    for b in range(blocks):
+      stride = 2 if (b == 0 and stage > 0) else 1
+      x = block_fn(x, scale(filters), stride, f"stage{stage + 1}_block{b + 1}")
+  features = tf.keras.layers.GlobalAveragePooling2D(name="pool")(x)
+  return tf.keras.Model(inputs, features, name=name or depth_name)

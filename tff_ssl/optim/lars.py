@@ -1,0 +1,77 @@
+"""LARS (You et al., 2017) as a Keras optimizer, used by DCCO for linear evaluation and on the server.
+
+    g <- g + weight_decay * w                                  (not for excluded variables)
+    trust = eta * ||w|| / ||g||   (1 where either norm is 0, or the variable is excluded)
+    v <- momentum * v + lr * trust * g
+    w <- w - v                    (Nesterov: w <- w - (momentum * v + lr * trust * g))
+
+Biases and normalization parameters are excluded from weight decay and adaptation by default, as in
+SimCLR's and BYOL's LARS.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import tensorflow as tf
+
+DEFAULT_EXCLUDE = (r"bias", r"gamma", r"beta", r"group_norm", r"_gn")
+
+
+class LARS(tf.keras.optimizers.Optimizer):
+  """Layer-wise adaptive rate scaling with momentum."""
+
+  def __init__(self, learning_rate=1.0, momentum: float = 0.9, lars_weight_decay: float = 0.0,
+               eta: float = 0.001, nesterov: bool = False,
+               exclude_from_adaptation: Sequence[str] = DEFAULT_EXCLUDE, name: str = "LARS",
+               **kwargs):
+    super().__init__(name=name, **kwargs)
+    if not 0 <= momentum < 1:
+      raise ValueError(f"momentum must be in [0, 1); got {momentum}")
+    if eta <= 0:
+      raise ValueError(f"eta must be > 0; got {eta}")
+    self._learning_rate = self._build_learning_rate(learning_rate)
+    self.momentum = momentum
+    self.lars_weight_decay = lars_weight_decay
+    self.eta = eta
+    self.nesterov = nesterov
+    self.exclude_from_adaptation = tuple(exclude_from_adaptation)
+
+  def build(self, var_list):
+    super().build(var_list)
+    if hasattr(self, "_built") and self._built:
+      return
+    self.velocities = [self.add_variable_from_reference(v, "velocity") for v in var_list]
+    self._built = True
+
+  def _adapted(self, variable) -> bool:
+    return not any(re.search(p, variable.name) for p in self.exclude_from_adaptation)
+
+  def update_step(self, gradient, variable):
+    lr = tf.cast(self.learning_rate, variable.dtype)
+    velocity = self.velocities[self._index_dict[self._var_key(variable)]]
+    if self._adapted(variable):
+      if self.lars_weight_decay:
+        gradient = gradient + self.lars_weight_decay * variable
+      w_norm = tf.norm(variable)
+      g_norm = tf.norm(gradient)
+      trust = tf.where((w_norm > 0) & (g_norm > 0), self.eta * w_norm / g_norm,
+                       tf.ones_like(w_norm))
+      gradient = gradient * trust
+    velocity.assign(self.momentum * velocity + lr * gradient)
+    if self.nesterov:
+      variable.assign_sub(self.momentum * velocity + lr * gradient)
+    else:
+      variable.assign_sub(velocity)
+
+  def get_config(self):
+    return {
+        **super().get_config(),
+        "learning_rate": self._serialize_hyperparameter(self._learning_rate),
+        "momentum": self.momentum,
+        "lars_weight_decay": self.lars_weight_decay,
+        "eta": self.eta,
+        "nesterov": self.nesterov,
+        "exclude_from_adaptation": self.exclude_from_adaptation,
+    }

@@ -1,0 +1,110 @@
+"""Process hygiene for TensorFlow Federated: no `worker_binary` outlives the program that started it.
+
+TFF 0.87's local C++ execution context starts its executor service (`worker_binary`) as a child process
+and relies on `ServiceManager.__del__` to stop it, which fails at interpreter shutdown. The orphan keeps
+the parent's stdout open, so `program | tail` or a CI log reader waits forever. `install()` closes every
+exit path:
+
+  * normal exit, exceptions, SystemExit, KeyboardInterrupt: an `atexit` hook stops the workers;
+  * SIGTERM / SIGHUP: turned into SystemExit, so the `atexit` hook runs;
+  * SIGKILL (nothing in-process runs): each worker is started with the Linux parent-death signal set,
+    so the kernel stops it when its parent dies.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import logging
+import signal
+import subprocess
+import sys
+import threading
+
+import psutil
+
+_WORKER_NAME = "worker_binary"
+_PR_SET_PDEATHSIG = 1
+_installed = False
+_lock = threading.Lock()
+
+
+def _set_parent_death_signal() -> None:  # Runs in the child between fork and exec.
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+  except Exception:  # pylint: disable=broad-except
+    pass  # Not Linux: the atexit hook still covers every exit path but SIGKILL.
+
+
+class _PopenWithParentDeath(subprocess.Popen):
+  """subprocess.Popen whose child dies with its parent (used for TFF's worker only)."""
+
+  def __init__(self, args, **kwargs):
+    if sys.platform.startswith("linux") and "preexec_fn" not in kwargs:
+      kwargs["preexec_fn"] = _set_parent_death_signal
+    super().__init__(args, **kwargs)
+
+
+class _SubprocessShim:
+  """Stands in for the `subprocess` module inside TFF's executor factory; only Popen differs."""
+
+  Popen = _PopenWithParentDeath
+
+  def __getattr__(self, name):
+    return getattr(subprocess, name)
+
+
+def worker_processes(parent: psutil.Process | None = None) -> list[psutil.Process]:
+  """TFF worker processes among the descendants of `parent` (default: this process)."""
+  parent = parent or psutil.Process()
+  found = []
+  for child in parent.children(recursive=True):
+    try:
+      if _WORKER_NAME in child.name() or any(_WORKER_NAME in a for a in child.cmdline()[:1]):
+        found.append(child)
+    except psutil.Error:
+      continue
+  return found
+
+
+def stop_workers(timeout: float = 5.0) -> int:
+  """Stops every TFF worker this process started; returns how many were running."""
+  workers = worker_processes()
+  for w in workers:
+    try:
+      w.terminate()
+    except psutil.Error:
+      pass
+  _, alive = psutil.wait_procs(workers, timeout=timeout)
+  for w in alive:
+    try:
+      w.kill()
+    except psutil.Error:
+      pass
+  return len(workers)
+
+
+def _exit_on_signal(signum, frame):  # pylint: disable=unused-argument
+  raise SystemExit(128 + signum)
+
+
+def install() -> None:
+  """Installs the worker clean-up for this process; idempotent. Call before the first TFF computation."""
+  global _installed
+  with _lock:
+    if _installed:
+      return
+    # Imported here so that modules which never run TFF computations do not pay for TFF's import.
+    from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
+    if getattr(executor_factory, "subprocess", None) is subprocess:
+      executor_factory.subprocess = _SubprocessShim()
+    else:
+      logging.warning("tff_ssl.runtime: TFF's executor factory no longer uses `subprocess`; "
+                      "workers are stopped at exit but not on SIGKILL")
+    atexit.register(stop_workers)
+    if threading.current_thread() is threading.main_thread():
+      for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):
+          signal.signal(sig, _exit_on_signal)
+    _installed = True
