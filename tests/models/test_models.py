@@ -65,6 +65,8 @@ def test_num_groups_is_32_when_it_divides():
   assert models.num_groups(16) == 16
   assert models.num_groups(48) == 16
   assert models.num_groups(1024) == 32
+  assert models.num_groups(32, min_group_size=4) == 8
+  assert models.num_groups(6, min_group_size=4) == 1
 
 
 def test_mlp_head_has_gn_between_hidden_layers_only():
@@ -73,6 +75,10 @@ def test_mlp_head_has_gn_between_hidden_layers_only():
   assert kinds == ["Dense", "GroupNormalization", "ReLU", "Dense", "GroupNormalization", "ReLU",
                    "Dense"]
   assert head.output_shape == (None, 8)
+  norms = [l for l in head.layers if isinstance(l, tf.keras.layers.GroupNormalization)]
+  assert [l.groups for l in norms] == [8, 8]  # Groups of >= 4 channels: never all-zero outputs.
+  out = head(tf.random.stateless_normal((5, 16), seed=[0, 0])).numpy()
+  assert out.std(axis=0).min() > 0
   with pytest.raises(ValueError, match="head sizes"):
     models.build_mlp_head(16, [])
 

@@ -12,6 +12,9 @@ import tensorflow as tf
 
 from tff_ssl.models.layers import group_norm
 
+# GroupNorm over a vector normalizes within each group only: a group of one channel is always 0.
+MIN_HEAD_GROUP_SIZE = 4
+
 
 def build_mlp_head(input_dim: int, sizes: Sequence[int], *, name: str = "projector") -> tf.keras.Model:
   """An MLP [B, input_dim] -> [B, sizes[-1]]; no normalization or activation after the last layer."""
@@ -24,6 +27,6 @@ def build_mlp_head(input_dim: int, sizes: Sequence[int], *, name: str = "project
     last = i == len(sizes) - 1
     x = tf.keras.layers.Dense(size, use_bias=last, name=f"{name}_dense{i + 1}")(x)
     if not last:
-      x = group_norm(size, f"{name}_gn{i + 1}")(x)
+      x = group_norm(size, f"{name}_gn{i + 1}", min_group_size=MIN_HEAD_GROUP_SIZE)(x)
       x = tf.keras.layers.ReLU(name=f"{name}_relu{i + 1}")(x)
   return tf.keras.Model(inputs, x, name=name)

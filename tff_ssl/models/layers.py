@@ -31,10 +31,18 @@ class WSConv2D(tf.keras.layers.Conv2D):
     return {**super().get_config(), "ws_eps": self.ws_eps}
 
 
-def num_groups(channels: int, max_groups: int = MAX_GROUPS) -> int:
-  """The largest group count <= max_groups that divides `channels` (32 whenever possible)."""
-  return math.gcd(channels, max_groups)
+def num_groups(channels: int, max_groups: int = MAX_GROUPS, min_group_size: int = 1) -> int:
+  """gcd(channels, max_groups) (32 whenever it divides), halved until groups hold at least
+  `min_group_size` channels."""
+  g = math.gcd(channels, max_groups)
+  while g > 1 and channels // g < min_group_size:
+    g //= 2
+  return g
 
 
-def group_norm(channels: int, name: str | None = None) -> tf.keras.layers.Layer:
-  return tf.keras.layers.GroupNormalization(groups=num_groups(channels), epsilon=1e-5, name=name)
+def group_norm(channels: int, name: str | None = None,
+               min_group_size: int = 1) -> tf.keras.layers.Layer:
+  """GroupNorm over the last axis. On feature maps a one-channel group still normalizes over space;
+  on vectors ([B, C], the MLP heads) it would zero everything, so heads ask for groups of >= 4."""
+  return tf.keras.layers.GroupNormalization(
+      groups=num_groups(channels, min_group_size=min_group_size), epsilon=1e-5, name=name)

@@ -1,0 +1,77 @@
+"""bin/train: a smoke run, its run folder, and one-line errors for bad input."""
+
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+from absl.testing import flagsaver
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(ROOT, "bin", "train")
+
+
+def _load_binary():
+  loader = importlib.machinery.SourceFileLoader("bin_train", TRAIN)
+  spec = importlib.util.spec_from_loader("bin_train", loader)
+  module = importlib.util.module_from_spec(spec)
+  loader.exec_module(module)
+  return module
+
+
+train = _load_binary()
+
+
+def test_smoke_run_writes_a_finished_run_folder(tmp_path, capsys):
+  out = str(tmp_path / "run")
+  with flagsaver.flagsaver():
+    flags.FLAGS(["train", "--task=synthetic_smoke", f"--output_dir={out}", "--steps=2",
+                 "--eval_steps=5"])
+    try:
+      assert train.main(["train"]) == 0
+    finally:
+      flags.FLAGS.unparse_flags()
+  printed = capsys.readouterr().out
+  assert "pretrained (centralized_cco, 2 steps)" in printed and "random initialization" in printed
+  results = json.load(open(os.path.join(out, "results.json")))
+  hparams = json.load(open(os.path.join(out, "hparams.json")))
+  assert hparams["steps"] == 2 and hparams["dataset"] == "synthetic"
+  assert 0 <= results["linear_probe_accuracy_pretrained"] <= 1
+  assert 0 <= results["linear_probe_accuracy_random_init"] <= 1
+  rows = open(os.path.join(out, "metrics.csv")).read().splitlines()
+  assert rows[0] == "step,loss" and [r.split(",")[0] for r in rows[1:]] == ["0", "1"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--method=byol"], "flag --method=byol: value should be one of"),
+    (["--steps=0"], "flag --steps=0"),
+    (["--task=synthetic_smoke", "--temperature=0.5"],
+     "--temperature is not used by method 'centralized_cco'"),
+    (["--task=synthetic_smoke", "--dataset=cifar10", "--data_dir={tmp}/no_tfds"],
+     "tfds dataset 'cifar10' is not prepared"),
+    (["--task=synthetic_smoke", "--batch_size=5000"], "batch_size 5000 exceeds the 2000"),
+    (["--task=synthetic_smoke", "--projector=64,x"], "--projector must be comma-separated integers"),
+])
+def test_bad_input_is_one_line_nonzero_exit_and_no_run_folder(tmp_path, args, message):
+  out = tmp_path / "run"
+  args = [a.format(tmp=tmp_path) for a in args]
+  proc = subprocess.run([sys.executable, TRAIN, f"--output_dir={out}"] + args, capture_output=True,
+                        text=True, timeout=120, check=False)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().count("\n") == 0, proc.stderr
+  assert message in proc.stderr
+  assert not out.exists()
+
+
+def test_refuses_to_overwrite_a_finished_run(tmp_path):
+  out = tmp_path / "run"
+  out.mkdir()
+  (out / "results.json").write_text("{}")
+  proc = subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", "--task=synthetic_smoke"],
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 2 and "already holds a finished run" in proc.stderr
+  assert (out / "results.json").read_text() == "{}"

@@ -1,0 +1,204 @@
+"""One experiment end to end: load data, pretrain, evaluate, write the run folder.
+
+`ExperimentConfig` is the frozen, validated description of a run; `tasks/` names configs and
+`bin/train` overrides their fields from flags. `run(config, output_dir)` writes into `output_dir`:
+
+  hparams.json   the config, written first
+  metrics.csv    step, loss (every `log_every` steps)
+  results.json   linear-probe accuracy of the pretrained encoder and of the same encoder at random
+                 initialization; written last and atomically, so its presence marks a finished run.
+
+Methods (registry `METHODS`): centralized_cco (DCCO's centralized upper bound), centralized_simclr.
+The federated methods arrive with their TFF processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tff_ssl import data as data_lib
+from tff_ssl import evaluation, losses, models, optim
+from tff_ssl.training import PretrainConfig, pretrain
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  loss: str
+  # Config fields that only this kind of method reads; setting one for another method is an error.
+  own_fields: tuple[str, ...]
+
+
+METHODS: dict[str, Method] = {
+    "centralized_cco": Method(loss="cco", own_fields=("cco_lambda",)),
+    "centralized_simclr": Method(loss="nt_xent", own_fields=("temperature",)),
+}
+# Fields owned by some method; a method may set only its own.
+METHOD_SPECIFIC_FIELDS = tuple(sorted({f for m in METHODS.values() for f in m.own_fields}))
+
+
+@dataclasses.dataclass(frozen=True)
+class ExperimentConfig:
+  """A pretraining + evaluation run; defaults are the README demo's."""
+
+  method: str = "centralized_cco"
+  dataset: str = "fashion_mnist"
+  data_dir: str | None = None
+  download: bool = False
+  encoder: str = "resnet14"
+  width: float = 1.0
+  projector: tuple[int, ...] = (512, 512, 512)
+  steps: int = 300
+  batch_size: int = 256
+  optimizer: str = "adam"
+  learning_rate: float = 2e-3
+  cco_lambda: float = losses.cco.DEFAULT_LAMBDA
+  temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
+  crop_min_scale: float = 0.2
+  blur: bool = False
+  eval_label_fraction: float = 0.1
+  eval_steps: int = 500
+  eval_learning_rate: float = 2.0
+  log_every: int = 10
+  seed: int = 0
+
+  def __post_init__(self):
+    object.__setattr__(self, "projector", tuple(int(s) for s in self.projector))
+    _choice("method", self.method, METHODS)
+    _choice("dataset", self.dataset, data_lib.SOURCES)
+    _choice("encoder", self.encoder, models.ENCODERS)
+    _choice("optimizer", self.optimizer, optim.OPTIMIZERS)
+    for name in ("steps", "batch_size", "eval_steps", "log_every"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
+    if self.batch_size < 2:
+      raise ValueError(f"batch_size must be >= 2 for a within-batch SSL loss; got {self.batch_size}")
+    for name in ("width", "learning_rate", "eval_learning_rate", "temperature"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
+    if self.cco_lambda < 0:
+      raise ValueError(f"cco_lambda must be >= 0; got {self.cco_lambda}")
+    if not 0 < self.crop_min_scale <= 1:
+      raise ValueError(f"crop_min_scale must be in (0, 1]; got {self.crop_min_scale}")
+    if not 0 < self.eval_label_fraction <= 1:
+      raise ValueError(f"eval_label_fraction must be in (0, 1]; got {self.eval_label_fraction}")
+    if not self.projector or min(self.projector) < 1:
+      raise ValueError(f"projector sizes must be positive; got {list(self.projector)}")
+
+  def check_fields_for_method(self, fields_set: set[str] | list[str]) -> None:
+    """Raises ValueError if a field in `fields_set` belongs to a method other than `self.method`."""
+    own = METHODS[self.method].own_fields
+    stray = sorted(f for f in fields_set if f in METHOD_SPECIFIC_FIELDS and f not in own)
+    if stray:
+      raise ValueError(f"--{stray[0]} is not used by method {self.method!r}; remove it (it is read "
+                       f"by {[m for m, spec in METHODS.items() if stray[0] in spec.own_fields]})")
+
+  def pretrain_config(self) -> PretrainConfig:
+    return PretrainConfig(
+        steps=self.steps, batch_size=self.batch_size, loss=METHODS[self.method].loss,
+        cco_lambda=self.cco_lambda, temperature=self.temperature, optimizer=self.optimizer,
+        learning_rate=self.learning_rate,
+        augment=data_lib.AugmentConfig(crop_scale=(self.crop_min_scale, 1.0), blur=self.blur),
+        seed=self.seed)
+
+  def probe_config(self) -> evaluation.LinearProbeConfig:
+    return evaluation.LinearProbeConfig(label_fraction=self.eval_label_fraction,
+                                        steps=self.eval_steps,
+                                        learning_rate=self.eval_learning_rate, seed=self.seed)
+
+
+def _choice(name: str, value: str, registry) -> None:
+  if value not in registry:
+    raise ValueError(f"unknown {name} {value!r}; choose one of {sorted(registry)}")
+
+
+class RunExistsError(ValueError):
+  """The output folder already holds a finished run."""
+
+
+def _write_atomic(path: str, text: str) -> None:
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+  with os.fdopen(fd, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
+
+
+def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> dict[str, Any]:
+  """Pretrains and evaluates per `config`, writing the run folder `output_dir`; returns the results.
+
+  All input is checked (data present, sizes feasible, folder not holding a finished run) before the
+  folder is created.
+  """
+  results_path = os.path.join(output_dir, "results.json")
+  if os.path.exists(results_path):
+    raise RunExistsError(f"{output_dir} already holds a finished run (results.json); choose another "
+                         f"--output_dir or delete it")
+  train = data_lib.load(config.dataset, "train", data_dir=config.data_dir, download=config.download)
+  test = data_lib.load(config.dataset, "test", data_dir=config.data_dir, download=config.download)
+  if config.batch_size > len(train):
+    raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
+                     f"{config.dataset}")
+  os.makedirs(output_dir, exist_ok=True)
+  _write_atomic(os.path.join(output_dir, "hparams.json"),
+                json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n")
+
+  tf.keras.utils.set_random_seed(config.seed)
+  model = models.build_ssl_model(config.encoder, train.image_shape, config.projector,
+                                 width=config.width, small_input=train.image_shape[0] <= 64)
+  probe = config.probe_config()
+  start = time.perf_counter()
+  random_acc = evaluation.linear_probe(model.encoder, train, test, probe)
+
+  metrics_path = os.path.join(output_dir, "metrics.csv")
+  with open(metrics_path, "w") as metrics, _progress_bar(config.steps, progress) as bar:
+    metrics.write("step,loss\n")
+
+    def on_step(step, loss):
+      bar.update(1)
+      if step % config.log_every == 0 or step == config.steps - 1:
+        bar.set_postfix(loss=f"{loss:.2f}")
+        metrics.write(f"{step},{loss:.6g}\n")
+        metrics.flush()
+
+    history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step)
+  pretrained_acc = evaluation.linear_probe(model.encoder, train, test, probe)
+  results = {
+      "method": config.method,
+      "dataset": config.dataset,
+      "steps": config.steps,
+      "final_loss": history[-1],
+      "linear_probe_label_fraction": config.eval_label_fraction,
+      "linear_probe_accuracy_pretrained": pretrained_acc,
+      "linear_probe_accuracy_random_init": random_acc,
+      "seconds": round(time.perf_counter() - start, 1),
+  }
+  _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  return results
+
+
+class _NoBar:
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    return False
+
+  def update(self, n):
+    pass
+
+  def set_postfix(self, **kw):
+    pass
+
+
+def _progress_bar(total: int, enabled: bool):
+  if not enabled:
+    return _NoBar()
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  return tqdm(total=total, desc="pretraining", unit="step", dynamic_ncols=True)
