@@ -39,7 +39,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$root/requirements.txt" 2>&1 \
     | { grep -v "^WARNING: Location" >&2 || true; }
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
-    "tensorflow-federated==$tff_version"
+    "tensorflow-federated==$tff_version" 2>&1 | { grep -v "^WARNING: Location" >&2 || true; }
   # The repository root goes on the venv's path, so that `tff_ssl` and `tasks` import from anywhere.
   site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$root" > "$site/tff_ssl_repo.pth"
