@@ -17,6 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 
+def _is_keras_counter(kwargs) -> bool:
+  """Keras' Model creates train/test/predict step counters: unnamed, replica-aggregated scalars."""
+  return (kwargs.get("name") is None and kwargs.get("trainable") is None and
+          kwargs.get("aggregation") == tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+
 class FunctionalModel:
   """`model(weights, x, training)` for a Keras model built by `build_fn`."""
 
@@ -28,14 +34,28 @@ class FunctionalModel:
         seed, so seed first (`tf.keras.utils.set_random_seed`).
     """
     self._build_fn = build_fn
-    model = build_fn()
+    created = []  # In creation order, which is the order __call__ hands tensors out in.
+
+    def record(next_creator, **kwargs):
+      v = next_creator(**kwargs)
+      created.append(v)
+      return v
+
+    with tf.variable_creator_scope(record):
+      model = build_fn()
     if model.non_trainable_variables:
       raise ValueError(f"{model.name} has non-trainable variables "
                        f"({[v.name for v in model.non_trainable_variables][:3]}); federated models "
                        f"must be batch-independent (GroupNorm, not BatchNorm)")
-    self.initial_weights: list[np.ndarray] = [v.numpy() for v in model.variables]
-    self.weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in model.variables]
-    self.names = [v.name for v in model.variables]
+    # Keras models also create step counters (not weights); keep the model's own variables only.
+    in_model = {id(v) for v in model.variables}
+    created = [v for v in created if id(v) in in_model]
+    if len(created) != len(model.variables):
+      raise ValueError(f"{model.name} holds variables it did not create; shared variables are not "
+                       f"supported")
+    self.initial_weights: list[np.ndarray] = [v.numpy() for v in created]
+    self.weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in created]
+    self.names = [v.name for v in created]
     self.output_dim = int(model.output_shape[-1])
 
   def __call__(self, weights: Sequence[tf.Tensor], x: tf.Tensor, training: bool = True):
@@ -44,6 +64,9 @@ class FunctionalModel:
     queue = list(weights)
 
     def use_given_tensor(next_creator, **kwargs):  # pylint: disable=unused-argument
+      if _is_keras_counter(kwargs):
+        value = kwargs["initial_value"]
+        return tf.convert_to_tensor(value() if callable(value) else value)
       return queue.pop(0)
 
     with tf.variable_creator_scope(use_given_tensor):

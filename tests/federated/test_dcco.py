@@ -1,0 +1,180 @@
+"""DCCO's claim (Appendix A): one round with one local GD step equals one centralized step on the union.
+
+Also the negative control (FedAvg-CCO is not that step), the server-Adam variant, N_k weighting and the
+type signatures of both processes.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl import losses, models
+from tff_ssl.data import AugmentConfig, two_views
+from tff_ssl.federated import common
+from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated.functional import FunctionalModel
+
+SHAPE = (12, 12, 1)
+AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
+SEED = 3
+ETA = 0.01
+
+
+def build_keras():
+  enc = models.build_encoder("resnet14", SHAPE, width=0.5)
+  proj = models.build_mlp_head(enc.output_shape[-1], [32, 32, 16])
+  x = tf.keras.Input(SHAPE)
+  return tf.keras.Model(x, proj(enc(x)))
+
+
+@pytest.fixture(scope="module")
+def model():
+  tf.keras.utils.set_random_seed(0)
+  return FunctionalModel(build_keras)
+
+
+def make_clients(sizes, seed=0):
+  rng = np.random.default_rng(seed)
+  images = rng.integers(0, 256, (sum(sizes),) + SHAPE, dtype=np.uint8)
+  bounds = np.cumsum([0] + list(sizes))
+  clients = [common.client_inputs(images[a:b], np.arange(a, b))
+             for a, b in zip(bounds[:-1], bounds[1:])]
+  return images, clients
+
+
+def centralized_gradient(model, weights, images):
+  """The CCO gradient of one centralized step on the union, with the same views as round 0."""
+
+  @tf.function
+  def grad(w, x, ids):
+    v1, v2 = two_views(x, tf.constant([SEED, 0], tf.int64), AUGMENT, ids)
+    with tf.GradientTape() as tape:
+      tape.watch(w)
+      f, g = common.encode_views(model, w, v1, v2)
+      loss = losses.cco_loss(f, g)
+    return tape.gradient(loss, w)
+
+  return [g.numpy() for g in grad([tf.constant(w) for w in weights], images,
+                                  np.arange(len(images)))]
+
+
+def relative_gap(a_list, b_list, reference):
+  scale = max(np.abs(r).max() for r in reference)
+  return max(np.abs(a - b).max() for a, b in zip(a_list, b_list)) / scale
+
+
+@pytest.fixture(scope="module")
+def union_and_gradient(model):
+  images, clients = make_clients([1, 2, 4, 9])  # Unequal sizes, one one-image client.
+  return images, clients, centralized_gradient(model, model.initial_weights, images)
+
+
+def test_one_dcco_round_equals_one_centralized_step(model, union_and_gradient):
+  images, clients, grad = union_and_gradient
+  process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                        DCCOConfig(client_learning_rate=ETA, augment=AUGMENT, seed=SEED))
+  state = process.initialize()
+  new_state, metrics = process.next(state, clients)
+  central = [w - ETA * g for w, g in zip(state.weights, grad)]
+  update = [ETA * g for g in grad]
+  assert relative_gap(new_state.weights, central, update) <= 1e-4
+  assert new_state.round_num == 1 and metrics["clients"] == 4 and np.isfinite(metrics["loss"])
+
+
+def test_one_dcco_round_with_server_adam_equals_one_centralized_adam_step(model,
+                                                                           union_and_gradient):
+  images, clients, grad = union_and_gradient
+  adam = tff.learning.optimizers.build_adam(learning_rate=1e-3)
+  process = DCCOProcess(model, SHAPE, adam,
+                        DCCOConfig(client_learning_rate=1.0, augment=AUGMENT, seed=SEED))
+  state = process.initialize()
+  new_state, _ = process.next(state, clients)
+  opt_state = adam.initialize(tuple(model.weight_specs))
+  _, central = adam.next(opt_state, tuple(tf.constant(w) for w in state.weights),
+                         tuple(tf.constant(g) for g in grad))
+  # Adam's first step is lr * g / (|g| + eps): entries whose true gradient is zero (biases that the
+  # centered statistics cancel) hold float32 round-off whose sign Adam turns into a full +-lr step.
+  # Compare where the gradient stands clear of round-off; the rest are counted, and few.
+  scale = max(np.abs(g).max() for g in grad)
+  masks = [np.abs(g) > 1e-4 * scale for g in grad]
+  assert np.mean(np.concatenate([m.ravel() for m in masks])) > 0.9
+  gap = max(np.abs(a - c.numpy())[m].max(initial=0.0)
+            for a, c, m in zip(new_state.weights, central, masks))
+  assert gap <= 1e-4 * 1e-3 * 10  # 1e-4 of Adam's update scale (lr = 1e-3), allowing eps effects.
+
+
+def test_fedavg_cco_round_is_not_the_centralized_step(model):
+  images, clients = make_clients([2, 3, 4, 7])  # Within-client CCO needs >= 2 images.
+  grad = centralized_gradient(model, model.initial_weights, images)
+  process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                             FedAvgSSLConfig(loss="cco", client_learning_rate=ETA, augment=AUGMENT,
+                                             seed=SEED))
+  state = process.initialize()
+  new_state, _ = process.next(state, clients)
+  central = [w - ETA * g for w, g in zip(state.weights, grad)]
+  assert relative_gap(new_state.weights, central, [ETA * g for g in grad]) > 1e-2
+
+
+def test_phase_one_statistics_are_the_unions_statistics(model, union_and_gradient):
+  images, clients, _ = union_and_gradient
+  process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                        DCCOConfig(augment=AUGMENT, seed=SEED))
+  aggregate = process.aggregate_statistics(model.initial_weights, common.round_seed(SEED, 0),
+                                           clients)
+
+  @tf.function
+  def union_stats(w, x, ids):
+    v1, v2 = two_views(x, tf.constant([SEED, 0], tf.int64), AUGMENT, ids)
+    return losses.encoding_statistics(*common.encode_views(model, w, v1, v2))
+
+  want = union_stats([tf.constant(w) for w in model.initial_weights], images,
+                     np.arange(len(images)))
+  for name in losses.EncodingStatistics._fields:
+    np.testing.assert_allclose(aggregate[name], getattr(want, name).numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_dcco_type_signatures(model):
+  process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0))
+  stats_sig = process.aggregate_statistics.type_signature
+  assert stats_sig.parameter.weights.placement == tff.SERVER
+  assert stats_sig.parameter.data.placement == tff.CLIENTS
+  assert stats_sig.result.placement == tff.SERVER
+  d = model.output_dim
+  assert stats_sig.result.member.mean_fg.shape == (d, d)
+  update_sig = process.aggregate_updates.type_signature
+  assert update_sig.parameter.aggregate.placement == tff.SERVER
+  assert update_sig.result.update.placement == tff.SERVER
+  member = update_sig.result.update.member
+  assert [(t.dtype, t.shape) for t in member] == [(t.dtype, t.shape)
+                                                 for t in common.weights_type(model)]
+  # The client's half returns (update, N_k, loss): the weight is the example count.
+  client_sig = process.client_update.type_signature
+  assert client_sig.result[1] == tff.TensorType(np.float32)
+
+
+def test_fedavg_update_is_the_nk_weighted_mean_of_client_updates(model):
+  _, clients = make_clients([2, 6])
+  process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                             FedAvgSSLConfig(loss="nt_xent", client_learning_rate=ETA,
+                                             augment=AUGMENT, seed=SEED))
+  sig = process.run_round.type_signature
+  assert sig.parameter.data.placement == tff.CLIENTS and sig.result.update.placement == tff.SERVER
+  seed = common.round_seed(SEED, 0)
+  per_client = [process.client_update(model.initial_weights, seed, c) for c in clients]
+  want = [(2 * a + 6 * b) / 8 for a, b in zip(per_client[0][0], per_client[1][0])]
+  state = process.initialize()
+  new_state, _ = process.next(state, clients)
+  got = [w - n for w, n in zip(state.weights, new_state.weights)]  # Server SGD at 1: w - update.
+  assert relative_gap(got, want, want) <= 1e-5
+
+
+def test_fedavg_rejects_one_image_clients_and_unweighted_factories(model):
+  _, clients = make_clients([1, 3])
+  process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0))
+  with pytest.raises(ValueError, match="needs >= 2 images per client; got a client with 1"):
+    process.next(process.initialize(), clients)
+  with pytest.raises(TypeError, match="WeightedAggregationFactory"):
+    FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                     aggregation_factory=tff.aggregators.SumFactory())

@@ -1,0 +1,86 @@
+"""Pieces shared by the federated SSL processes: client input types, views, server state, optimizers."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl.data.augment import AugmentConfig, two_views
+from tff_ssl.federated.functional import FunctionalModel
+
+
+def client_input_type(image_shape: Sequence[int]) -> tff.StructType:
+  """One client's round input: its images and their dataset indices (which key the augmentations)."""
+  return tff.StructType([
+      ("images", tff.TensorType(np.uint8, [None] + list(image_shape))),
+      ("ids", tff.TensorType(np.int64, [None])),
+  ])
+
+
+def client_inputs(images: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
+  """The value of `client_input_type` for one client."""
+  return {"images": np.asarray(images, np.uint8), "ids": np.asarray(ids, np.int64)}
+
+
+def weights_type(model: FunctionalModel) -> tff.StructType:
+  return tff.StructType([tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in model.weight_specs])
+
+
+SEED_TYPE = tff.TensorType(np.int64, [2])
+
+
+def views(data, seed, augment: AugmentConfig):
+  """The two views of a client's images for the round's seed, keyed by example id."""
+  return two_views(data["images"] if isinstance(data, dict) else data.images, seed, augment,
+                   data["ids"] if isinstance(data, dict) else data.ids)
+
+
+def encode_views(model: FunctionalModel, weights, v1, v2):
+  """Projections (F, G) of both views in one forward pass (GroupNorm is per-sample: exact)."""
+  z = model(list(weights), tf.concat([v1, v2], axis=0), training=True)
+  return tf.split(z, 2, axis=0)
+
+
+def num_examples(data) -> tf.Tensor:
+  images = data["images"] if isinstance(data, dict) else data.images
+  return tf.cast(tf.shape(images)[0], tf.float32)
+
+
+@dataclasses.dataclass
+class ServerState:
+  """What the server carries between rounds; every field is a (nested) array structure."""
+
+  weights: list[np.ndarray]
+  optimizer_state: Any
+  aggregator_state: Any
+  round_num: int
+
+
+def round_seed(seed: int, round_num: int) -> np.ndarray:
+  return np.array([seed, round_num], np.int64)
+
+
+def build_server_update(optimizer: tff.learning.optimizers.Optimizer, model: FunctionalModel):
+  """(weights, optimizer_state, update) -> (weights, optimizer_state): the server's optimizer step,
+  with the aggregated client update taken as the gradient (TFF's finalizer convention)."""
+
+  @tf.function
+  def update(weights, state, delta):
+    state, new_weights = optimizer.next(state, tuple(weights), tuple(delta))
+    return list(new_weights), state
+
+  def initialize():
+    return optimizer.initialize(tuple(model.weight_specs))
+
+  return initialize, update
+
+
+SERVER_OPTIMIZERS = {
+    "sgd": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr),
+    "sgdm": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=0.9),
+    "adam": lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
+}

@@ -1,0 +1,151 @@
+"""DCCO: Distributed Cross-Correlation Optimization (Vemulapalli et al., 2023, eq. 1-3, Appendix A).
+
+One round, as two federated computations composed in Python (TFF's mergeable multi-worker execution
+rejects an aggregation that depends on another, so each phase is a computation of its own):
+
+    SERVER  w, seed_r                                        CLIENTS k = 1..K  (N_k images each)
+    ─────────────────────────────────────────────────────────────────────────────────────────────
+    phase 1 (aggregate_statistics)
+      w, seed_r ──federated_broadcast──►  views v1,v2 = two_views(x_k; seed_r, ids_k)
+                                          F,G = projector(encoder(v1, v2; w))
+                                          <>_k = encoding_statistics(F, G)          (5 statistics)
+      <>_A = federated_mean(<>_k, weight=N_k) ◄──
+    phase 2 (aggregate_updates)
+      w, seed_r, <>_A ──broadcast──────►  same views;  <>_C = <>_k + stop_gradient(<>_A − <>_k)
+                                          L = CCO(<>_C);  w_k = w − η ∇_w L   (local step(s))
+                                          Δ_k = w − w_k
+      Δ = federated_mean(Δ_k, weight=N_k) ◄──
+    server: w ← server_optimizer(w, gradient=Δ)
+
+With one local gradient-descent step and N_k weights, a round equals one centralized step on the union
+of the round's images (Appendix A); `tests/federated/test_dcco.py` checks it numerically. <>_C has the
+value of <>_A and the gradient of <>_k. With several local steps the local statistics are recomputed at
+each step against the round's fixed <>_A (stale statistics: the paper leaves this open).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl import losses
+from tff_ssl.data.augment import AugmentConfig
+from tff_ssl.federated import common
+from tff_ssl.federated.functional import FunctionalModel
+
+
+@dataclasses.dataclass(frozen=True)
+class DCCOConfig:
+  cco_lambda: float = losses.cco.DEFAULT_LAMBDA
+  client_learning_rate: float = 1.0  # The paper: plain gradient descent at 1.0, one local step.
+  local_steps: int = 1
+  augment: AugmentConfig = AugmentConfig.dcco_cifar()
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.local_steps < 1:
+      raise ValueError(f"local_steps must be >= 1; got {self.local_steps}")
+    if not self.client_learning_rate > 0:
+      raise ValueError(f"client_learning_rate must be > 0; got {self.client_learning_rate}")
+
+
+def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingStatistics:
+  """<>_C = <>_k + stop_gradient(<>_A − <>_k): the aggregate's value, the local gradient (eq. 3)."""
+  return losses.EncodingStatistics(*[k + tf.stop_gradient(a - k) for k, a in zip(local, aggregate)])
+
+
+class DCCOProcess:
+  """DCCO rounds over a `FunctionalModel` (encoder + projector).
+
+  `initialize() -> ServerState`; `next(state, clients) -> (state, metrics)` where `clients` is a list of
+  `common.client_inputs(images, ids)`. The phases are exposed for inspection:
+    aggregate_statistics: (<w@SERVER, seed@SERVER, data@CLIENTS> -> <stats>@SERVER)
+    aggregate_updates:    (<w@SERVER, seed@SERVER, stats@SERVER, data@CLIENTS>
+                           -> <update=Δ@SERVER, loss@SERVER>)
+  """
+
+  def __init__(self, model: FunctionalModel, image_shape: Sequence[int],
+               server_optimizer: tff.learning.optimizers.Optimizer,
+               config: DCCOConfig = DCCOConfig()):
+    self.model = model
+    self.config = config
+    w_type = common.weights_type(model)
+    data_type = common.client_input_type(image_shape)
+    d = model.output_dim
+    stats_type = tff.StructType([(name, tff.TensorType(np.float32, [d, d] if name == "mean_fg"
+                                                       else [d]))
+                                 for name in losses.EncodingStatistics._fields])
+    cfg = config
+
+    @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
+    def client_statistics(weights, seed, data):
+      v1, v2 = common.views(data, seed, cfg.augment)
+      f, g = common.encode_views(model, weights, v1, v2)
+      return losses.encoding_statistics(f, g)._asdict(), common.num_examples(data)
+
+    @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type)
+    def client_update(weights, seed, aggregate, data):
+      v1, v2 = common.views(data, seed, cfg.augment)
+      aggregate = losses.EncodingStatistics(*[getattr(aggregate, f) for f in losses.EncodingStatistics._fields])
+      initial = list(weights)
+      current = list(weights)
+      first_loss = None
+      for _ in range(cfg.local_steps):
+        with tf.GradientTape() as tape:
+          tape.watch(current)
+          f, g = common.encode_views(model, current, v1, v2)
+          loss = losses.cco_loss_from_statistics(
+              _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
+        grads = tape.gradient(loss, current)
+        current = [w - cfg.client_learning_rate * gr for w, gr in zip(current, grads)]
+        first_loss = loss if first_loss is None else first_loss
+      delta = [a - b for a, b in zip(initial, current)]
+      return delta, common.num_examples(data), first_loss
+
+    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS))
+    def aggregate_statistics(weights, seed, data):
+      out = tff.federated_map(client_statistics, (tff.federated_broadcast(weights),
+                                                  tff.federated_broadcast(seed), data))
+      return tff.federated_mean(out[0], weight=out[1])
+
+    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(stats_type, tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS))
+    def aggregate_updates(weights, seed, aggregate, data):
+      out = tff.federated_map(client_update, (tff.federated_broadcast(weights),
+                                              tff.federated_broadcast(seed),
+                                              tff.federated_broadcast(aggregate), data))
+      return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
+                                     loss=tff.federated_mean(out[2], weight=out[1]))
+
+    self.client_statistics = client_statistics
+    self.client_update = client_update
+    self.aggregate_statistics = aggregate_statistics
+    self.aggregate_updates = aggregate_updates
+    self._init_optimizer, self._server_update = common.build_server_update(server_optimizer, model)
+
+  def initialize(self) -> common.ServerState:
+    return common.ServerState(weights=[w.copy() for w in self.model.initial_weights],
+                              optimizer_state=self._init_optimizer(), aggregator_state=(),
+                              round_num=0)
+
+  def next(self, state: common.ServerState, clients: list[dict]):
+    if not clients:
+      raise ValueError("a DCCO round needs at least one client")
+    seed = common.round_seed(self.config.seed, state.round_num)
+    stats = self.aggregate_statistics(state.weights, seed, clients)
+    out = self.aggregate_updates(state.weights, seed, stats, clients)
+    weights, opt_state = self._server_update(state.weights, state.optimizer_state,
+                                             list(out["update"]))
+    new_state = common.ServerState(weights=[np.asarray(w) for w in weights],
+                                   optimizer_state=opt_state, aggregator_state=(),
+                                   round_num=state.round_num + 1)
+    return new_state, {"loss": float(out["loss"]), "clients": len(clients)}
