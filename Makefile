@@ -12,7 +12,7 @@ setup:
 	@bash tools/setup.sh
 
 demo: setup
-	@$(PY) bin/train --task=fmnist_centralized_demo --output_dir=runs/demo-$$(date +%Y%m%d-%H%M%S)
+	@$(PY) bin/train --task=fmnist_dcco_demo --output_dir=runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	@$(PY) -m pytest -q

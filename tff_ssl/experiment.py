@@ -29,16 +29,33 @@ from tff_ssl import evaluation, losses, models, optim
 from tff_ssl.training import PretrainConfig, pretrain
 
 
+CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
+FEDERATED_FIELDS = ("rounds", "num_clients", "samples_per_client", "alpha", "clients_per_round",
+                    "local_steps", "client_learning_rate", "server_optimizer",
+                    "server_learning_rate", "checkpoint_every")
+
+
 @dataclasses.dataclass(frozen=True)
 class Method:
   loss: str
-  # Config fields that only this kind of method reads; setting one for another method is an error.
-  own_fields: tuple[str, ...]
+  federated: bool
+  process: str = ""  # "dcco" or "fedavg" for federated methods.
+
+  @property
+  def own_fields(self) -> tuple[str, ...]:
+    """Config fields only some methods read; setting one for another method is an error."""
+    loss_field = {"cco": ("cco_lambda",), "nt_xent": ("temperature",)}.get(self.loss, ())
+    return loss_field + (FEDERATED_FIELDS if self.federated else CENTRALIZED_FIELDS)
 
 
 METHODS: dict[str, Method] = {
-    "centralized_cco": Method(loss="cco", own_fields=("cco_lambda",)),
-    "centralized_simclr": Method(loss="nt_xent", own_fields=("temperature",)),
+    "centralized_cco": Method(loss="cco", federated=False),
+    "centralized_simclr": Method(loss="nt_xent", federated=False),
+    "dcco": Method(loss="cco", federated=True, process="dcco"),
+    "fedavg_cco": Method(loss="cco", federated=True, process="fedavg"),
+    "fedavg_simclr": Method(loss="nt_xent", federated=True, process="fedavg"),
+    # Supervised training from scratch on the labeled fraction: the tables' lower baseline.
+    "supervised": Method(loss="", federated=False),
 }
 # Fields owned by some method; a method may set only its own.
 METHOD_SPECIFIC_FIELDS = tuple(sorted({f for m in METHODS.values() for f in m.own_fields}))
@@ -63,6 +80,18 @@ class ExperimentConfig:
   temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
   crop_min_scale: float = 0.2
   blur: bool = False
+  # Federated methods.
+  rounds: int = 100
+  num_clients: int = 6000
+  samples_per_client: int = 1
+  alpha: float = 0.0
+  clients_per_round: int = 64
+  local_steps: int = 1
+  client_learning_rate: float = 1.0
+  server_optimizer: str = "adam"
+  server_learning_rate: float = 2e-3
+  eval_every: int = 0  # Rounds between linear probes (0: only at the end).
+  checkpoint_every: int = 10  # Rounds between checkpoints (a SavedModel write costs seconds).
   eval_label_fraction: float = 0.1
   eval_steps: int = 500
   eval_learning_rate: float = 2.0
@@ -75,12 +104,23 @@ class ExperimentConfig:
     _choice("dataset", self.dataset, data_lib.SOURCES)
     _choice("encoder", self.encoder, models.ENCODERS)
     _choice("optimizer", self.optimizer, optim.OPTIMIZERS)
-    for name in ("steps", "batch_size", "eval_steps", "log_every"):
+    from tff_ssl.federated.common import SERVER_OPTIMIZERS  # pylint: disable=g-import-not-at-top
+    _choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
+    for name in ("steps", "batch_size", "eval_steps", "log_every", "rounds", "num_clients",
+                 "samples_per_client", "clients_per_round", "local_steps", "checkpoint_every"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
     if self.batch_size < 2:
       raise ValueError(f"batch_size must be >= 2 for a within-batch SSL loss; got {self.batch_size}")
-    for name in ("width", "learning_rate", "eval_learning_rate", "temperature"):
+    if self.eval_every < 0:
+      raise ValueError(f"eval_every must be >= 0; got {self.eval_every}")
+    if not self.alpha >= 0:
+      raise ValueError(f"alpha must be >= 0 (0: one class per client; 1000: IID); got {self.alpha}")
+    if self.clients_per_round > self.num_clients:
+      raise ValueError(f"clients_per_round ({self.clients_per_round}) exceeds num_clients "
+                       f"({self.num_clients})")
+    for name in ("width", "learning_rate", "eval_learning_rate", "temperature",
+                 "client_learning_rate", "server_learning_rate"):
       if not getattr(self, name) > 0:
         raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
     if self.cco_lambda < 0:
@@ -100,13 +140,15 @@ class ExperimentConfig:
       raise ValueError(f"--{stray[0]} is not used by method {self.method!r}; remove it (it is read "
                        f"by {[m for m, spec in METHODS.items() if stray[0] in spec.own_fields]})")
 
+  def augment_config(self) -> data_lib.AugmentConfig:
+    return data_lib.AugmentConfig(crop_scale=(self.crop_min_scale, 1.0), blur=self.blur)
+
   def pretrain_config(self) -> PretrainConfig:
     return PretrainConfig(
         steps=self.steps, batch_size=self.batch_size, loss=METHODS[self.method].loss,
         cco_lambda=self.cco_lambda, temperature=self.temperature, optimizer=self.optimizer,
         learning_rate=self.learning_rate,
-        augment=data_lib.AugmentConfig(crop_scale=(self.crop_min_scale, 1.0), blur=self.blur),
-        seed=self.seed)
+        augment=self.augment_config(), seed=self.seed)
 
   def probe_config(self) -> evaluation.LinearProbeConfig:
     return evaluation.LinearProbeConfig(label_fraction=self.eval_label_fraction,
@@ -142,6 +184,13 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> 
                          f"--output_dir or delete it")
   train = data_lib.load(config.dataset, "train", data_dir=config.data_dir, download=config.download)
   test = data_lib.load(config.dataset, "test", data_dir=config.data_dir, download=config.download)
+  if METHODS[config.method].federated:
+    from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
+    results = runner.run_federated(config, train, test, output_dir, progress=progress)
+    _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+    return results
+  if config.method == "supervised":
+    return _run_supervised(config, train, test, output_dir, results_path)
   if config.batch_size > len(train):
     raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
                      f"{config.dataset}")
@@ -169,6 +218,7 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> 
 
     history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step)
   pretrained_acc = evaluation.linear_probe(model.encoder, train, test, probe)
+  save_encoder(output_dir, model.encoder)
   results = {
       "method": config.method,
       "dataset": config.dataset,
@@ -181,6 +231,64 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> 
   }
   _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   return results
+
+
+def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
+                    results_path: str) -> dict[str, Any]:
+  os.makedirs(output_dir, exist_ok=True)
+  _write_atomic(os.path.join(output_dir, "hparams.json"),
+                json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n")
+  start = time.perf_counter()
+  acc = evaluation.supervised_from_scratch(
+      lambda: models.build_encoder(config.encoder, train.image_shape, width=config.width,
+                                   small_input=train.image_shape[0] <= 64),
+      train, test, evaluation.FineTuneConfig(
+          label_fraction=config.eval_label_fraction, steps=config.steps,
+          batch_size=config.batch_size, optimizer=config.optimizer,
+          learning_rate=config.learning_rate, seed=config.seed))
+  results = {"method": "supervised", "dataset": config.dataset, "steps": config.steps,
+             "label_fraction": config.eval_label_fraction, "supervised_accuracy": acc,
+             "seconds": round(time.perf_counter() - start, 1)}
+  _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  return results
+
+
+def save_encoder(output_dir: str, encoder: tf.keras.Model) -> None:
+  """Saves a centralized run's encoder weights as tff.program state (what bin/evaluate loads)."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"))
+  asyncio.run(manager.save({"encoder_weights": encoder.get_weights()}, version=1))
+
+
+def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
+  """The config and the pretrained Keras encoder of a run folder (its latest checkpoint)."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  hparams_path = os.path.join(run_dir, "hparams.json")
+  if not os.path.exists(hparams_path):
+    raise ValueError(f"{run_dir} is not a run folder (no hparams.json); pass a --output_dir of "
+                     f"bin/train")
+  with open(hparams_path) as f:
+    fields = json.load(f)
+  fields["projector"] = tuple(fields["projector"])
+  config = ExperimentConfig(**fields)
+  if config.method == "supervised":
+    raise ValueError(f"{run_dir} is a supervised baseline run; it has no pretrained encoder")
+  manager = tff.program.FileProgramStateManager(os.path.join(run_dir, "checkpoints"))
+  train_shape = data_lib.load(config.dataset, "test", data_dir=config.data_dir).image_shape
+  if METHODS[config.method].federated:
+    from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
+    return config, runner.load_encoder(config, train_shape, manager)
+  tf.keras.utils.set_random_seed(config.seed)
+  encoder = models.build_encoder(config.encoder, train_shape, width=config.width,
+                                 small_input=train_shape[0] <= 64)
+  state, _ = asyncio.run(manager.load_latest({"encoder_weights": encoder.get_weights()}))
+  if state is None:
+    raise ValueError(f"{run_dir} has no checkpoint yet (the run has not finished); run bin/train "
+                     f"to completion first")
+  encoder.set_weights([np.asarray(w) for w in state["encoder_weights"]])
+  return config, encoder
 
 
 class _NoBar:

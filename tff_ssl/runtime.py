@@ -85,6 +85,17 @@ def stop_workers(timeout: float = 5.0) -> int:
   return len(workers)
 
 
+def _at_exit() -> None:
+  stop_workers()
+  # TFF's ServiceManager.__del__ would now try to stop the (already stopped) worker while the
+  # interpreter tears modules down, and print a traceback to stderr; its workers are ours to stop.
+  import gc  # pylint: disable=g-import-not-at-top
+  for obj in gc.get_objects():
+    cls = type(obj)
+    if cls.__name__ == "ServiceManager" and cls.__module__.endswith("executor_factory"):
+      cls.__del__ = lambda self: None
+
+
 def _exit_on_signal(signum, frame):  # pylint: disable=unused-argument
   raise SystemExit(128 + signum)
 
@@ -102,7 +113,7 @@ def install() -> None:
     else:
       logging.warning("tff_ssl.runtime: TFF's executor factory no longer uses `subprocess`; "
                       "workers are stopped at exit but not on SIGKILL")
-    atexit.register(stop_workers)
+    atexit.register(_at_exit)
     if threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):

@@ -83,4 +83,10 @@ SERVER_OPTIMIZERS = {
     "sgd": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr),
     "sgdm": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=0.9),
     "adam": lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
+    "lars": lambda lr: _lars(lr),
 }
+
+
+def _lars(lr):
+  from tff_ssl.federated.lars import LARSOptimizer  # pylint: disable=g-import-not-at-top
+  return LARSOptimizer(lr)

@@ -19,6 +19,22 @@ import tensorflow as tf
 DEFAULT_EXCLUDE = (r"bias", r"gamma", r"beta", r"group_norm", r"_gn")
 
 
+def lars_update(w, g, velocity, lr, *, momentum: float, weight_decay: float, eta: float,
+                adapt: bool, nesterov: bool = False):
+  """One LARS step for one tensor; returns (new weight, new velocity). Pure: shared by the Keras
+  optimizer and the TFF server optimizer."""
+  if adapt:
+    if weight_decay:
+      g = g + weight_decay * w
+    w_norm = tf.norm(w)
+    g_norm = tf.norm(g)
+    trust = tf.where((w_norm > 0) & (g_norm > 0), eta * w_norm / g_norm, tf.ones_like(w_norm))
+    g = g * trust
+  velocity = momentum * velocity + lr * g
+  step = momentum * velocity + lr * g if nesterov else velocity
+  return w - step, velocity
+
+
 class LARS(tf.keras.optimizers.Optimizer):
   """Layer-wise adaptive rate scaling with momentum."""
 
@@ -51,19 +67,11 @@ class LARS(tf.keras.optimizers.Optimizer):
   def update_step(self, gradient, variable):
     lr = tf.cast(self.learning_rate, variable.dtype)
     velocity = self.velocities[self._index_dict[self._var_key(variable)]]
-    if self._adapted(variable):
-      if self.lars_weight_decay:
-        gradient = gradient + self.lars_weight_decay * variable
-      w_norm = tf.norm(variable)
-      g_norm = tf.norm(gradient)
-      trust = tf.where((w_norm > 0) & (g_norm > 0), self.eta * w_norm / g_norm,
-                       tf.ones_like(w_norm))
-      gradient = gradient * trust
-    velocity.assign(self.momentum * velocity + lr * gradient)
-    if self.nesterov:
-      variable.assign_sub(self.momentum * velocity + lr * gradient)
-    else:
-      variable.assign_sub(velocity)
+    new_w, new_v = lars_update(variable, gradient, velocity, lr, momentum=self.momentum,
+                               weight_decay=self.lars_weight_decay, eta=self.eta,
+                               adapt=self._adapted(variable), nesterov=self.nesterov)
+    velocity.assign(new_v)
+    variable.assign(new_w)
 
   def get_config(self):
     return {

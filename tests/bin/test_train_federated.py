@@ -1,0 +1,83 @@
+"""bin/train with federated methods: smoke, determinism, SIGKILL + resume, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(ROOT, "bin", "train")
+TINY = ["--task=synthetic_dcco_smoke", "--rounds=4", "--eval_steps=10", "--checkpoint_every=1"]
+
+
+def train(out, *args, timeout=300):
+  return subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", *TINY, *args],
+                        capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_fedavg_smoke(tmp_path):
+  out = tmp_path / "fedavg"
+  proc = train(out, "--method=fedavg_simclr", "--samples_per_client=4", "--num_clients=50",
+               "--clients_per_round=3", "--rounds=2")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "pretrained (fedavg_simclr, 2 rounds)" in proc.stdout
+  rows = (out / "metrics.csv").read_text().splitlines()
+  assert rows[0].startswith("round") and len(rows) == 3
+  assert os.listdir(out / "tensorboard") and os.listdir(out / "checkpoints")
+
+
+def test_same_seed_same_metrics_and_resume_after_sigkill(tmp_path):
+  full = tmp_path / "full"
+  proc = train(full)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+
+  killed = tmp_path / "killed"
+  child = subprocess.Popen([sys.executable, TRAIN, f"--output_dir={killed}", *TINY],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.time() + 240
+  while not (killed / "checkpoints" / "program_state_2").exists():
+    assert child.poll() is None and time.time() < deadline, "the run ended before its checkpoint"
+    time.sleep(0.2)
+  child.send_signal(signal.SIGKILL)
+  child.wait()
+  assert not (killed / "results.json").exists()
+
+  proc = train(killed)  # Same command: resumes after round 2.
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert (killed / "metrics.csv").read_text() == (full / "metrics.csv").read_text()
+  a = json.loads((full / "results.json").read_text())
+  b = json.loads((killed / "results.json").read_text())
+  for key in ("final_loss", "linear_probe_accuracy_pretrained", "linear_probe_accuracy_random_init"):
+    assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--alpha=-1"], "alpha must be >= 0"),
+    (["--samples_per_client=20", "--num_clients=200"],
+     "200 clients x 20 samples = 4000 samples, but the dataset has only 2000"),
+    (["--steps=5"], "--steps is not used by method 'dcco'"),
+    (["--method=fedavg_cco", "--samples_per_client=1"], "needs >= 2 samples per client"),
+])
+def test_bad_federated_input(tmp_path, args, message):
+  out = tmp_path / "run"
+  proc = train(out, *args, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().count("\n") == 0, proc.stderr
+  assert message in proc.stderr
+  assert not (out / "results.json").exists() and not (out / "checkpoints").exists()
+
+
+def test_evaluate_fine_tunes_a_federated_run(tmp_path):
+  run = tmp_path / "dcco"
+  proc = train(run, "--rounds=2")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  evaluate = os.path.join(ROOT, "bin", "evaluate")
+  proc = subprocess.run([sys.executable, evaluate, f"--run_dir={run}", "--protocol=fine_tune",
+                         "--label_fraction=0.5", "--steps=3", "--batch_size=32"],
+                        capture_output=True, text=True, timeout=240, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert 0 <= json.load(open(run / "eval_fine_tune_0.5_seed0.json"))["accuracy"] <= 1

@@ -1,0 +1,204 @@
+"""A federated pretraining run: partition, sample clients, run rounds, checkpoint, resume, evaluate.
+
+Program state (server state after each round) goes through `tff.program.FileProgramStateManager`
+(`<run>/checkpoints`); per-round metrics through `tff.program` release managers to `<run>/metrics.csv`
+and TensorBoard (`<run>/tensorboard`). A rerun with the same output folder and the same hyperparameters
+resumes after the latest checkpoint; since client sampling and augmentations are functions of
+(seed, round), the resumed run ends where the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl import data as data_lib
+from tff_ssl import evaluation, models
+from tff_ssl.data.client_data import PartitionedClientData
+from tff_ssl.federated import common
+from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated.functional import FunctionalModel
+
+
+def _ssl_keras_builder(config, image_shape):
+  def build():
+    enc = models.build_encoder(config.encoder, image_shape, width=config.width,
+                               small_input=image_shape[0] <= 64)
+    proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector")
+    x = tf.keras.Input(image_shape, name="images")
+    return tf.keras.Model(x, proj(enc(x)), name="ssl_model")
+  return build
+
+
+def build_process(config, model: FunctionalModel, image_shape):
+  """The method's TFF process with a cosine-decayed server learning rate over the rounds."""
+  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
+  method = METHODS[config.method]
+  base = common.SERVER_OPTIMIZERS[config.server_optimizer](config.server_learning_rate)
+  rounds, lr = config.rounds, config.server_learning_rate
+  optimizer = tff.learning.optimizers.schedule_learning_rate(
+      base, lambda r: lr * 0.5 * (1.0 + tf.cos(np.pi * tf.cast(r, tf.float32) / rounds)))
+  augment = config.augment_config()
+  if method.process == "dcco":
+    return DCCOProcess(model, image_shape, optimizer, DCCOConfig(
+        cco_lambda=config.cco_lambda, client_learning_rate=config.client_learning_rate,
+        local_steps=config.local_steps, augment=augment, seed=config.seed))
+  return FedAvgSSLProcess(model, image_shape, optimizer, FedAvgSSLConfig(
+      loss=method.loss, cco_lambda=config.cco_lambda, temperature=config.temperature,
+      client_learning_rate=config.client_learning_rate, local_steps=config.local_steps,
+      augment=augment, seed=config.seed))
+
+
+def keras_encoder(model_builder, weights: list[np.ndarray]) -> tf.keras.Model:
+  """The Keras encoder of the SSL model carrying `weights` (in the FunctionalModel's order)."""
+  queue = list(weights)
+
+  def init_from_weights(next_creator, **kwargs):
+    from tff_ssl.federated.functional import _is_keras_counter  # pylint: disable=g-import-not-at-top
+    if not _is_keras_counter(kwargs):
+      kwargs["initial_value"] = queue.pop(0)
+    return next_creator(**kwargs)
+
+  with tf.variable_creator_scope(init_from_weights):
+    ssl_model = model_builder()
+  return ssl_model.layers[1]  # Input, encoder, projector.
+
+
+def _state_to_program_state(state: common.ServerState):
+  return {"weights": state.weights, "optimizer_state": state.optimizer_state,
+          "aggregator_state": state.aggregator_state, "round_num": np.int64(state.round_num)}
+
+
+def _program_state_to_state(value) -> common.ServerState:
+  return common.ServerState(weights=[np.asarray(w) for w in value["weights"]],
+                            optimizer_state=value["optimizer_state"],
+                            aggregator_state=value["aggregator_state"],
+                            round_num=int(value["round_num"]))
+
+
+def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, output_dir: str, *,
+                  progress: bool) -> dict[str, Any]:
+  """Runs (or resumes) federated pretraining per `config`; returns the results dictionary."""
+  partition = data_lib.dirichlet_partition(
+      train.labels, num_clients=config.num_clients, samples_per_client=config.samples_per_client,
+      alpha=config.alpha, seed=config.seed)  # Raises ValueError before anything is written.
+  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
+  if METHODS[config.method].process == "fedavg" and config.samples_per_client < 2:
+    raise ValueError(f"{config.method} needs >= 2 samples per client for its within-client loss; "
+                     f"got samples_per_client={config.samples_per_client}. Use dcco")
+  hparams = json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
+  hparams_path = os.path.join(output_dir, "hparams.json")
+  if os.path.exists(hparams_path) and open(hparams_path).read() != hparams:
+    raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
+                     f"flags or choose another --output_dir")
+  clients = PartitionedClientData(train, partition)
+
+  tf.keras.utils.set_random_seed(config.seed)
+  builder = _ssl_keras_builder(config, train.image_shape)
+  model = FunctionalModel(builder)
+  process = build_process(config, model, train.image_shape)
+  sample = tff.simulation.build_uniform_sampling_fn(
+      list(range(clients.num_clients)), replace=False, random_seed=config.seed)
+
+  os.makedirs(output_dir, exist_ok=True)
+  with open(hparams_path, "w") as f:
+    f.write(hparams)
+  state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
+                                                      keep_total=2)
+  csv_release = tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"),
+                                                  key_fieldname="round")
+  tb_release = tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard"))
+
+  state = process.initialize()
+  loaded, version = asyncio.run(state_manager.load_latest(_state_to_program_state(state)))
+  if loaded is not None:
+    state = _program_state_to_state(loaded)
+  probe = config.probe_config()
+  start = time.perf_counter()
+  results_random = None
+  bar = _progress(config.rounds, state.round_num, progress)
+  try:
+    while state.round_num < config.rounds:
+      r = state.round_num
+      ids = sample(r, config.clients_per_round)
+      round_clients = []
+      for cid in ids:
+        rows = clients.partition[cid]
+        round_clients.append(common.client_inputs(train.images[rows], rows))
+      state, metrics = process.next(state, round_clients)
+      if not np.isfinite(metrics["loss"]):
+        raise FloatingPointError(f"round {r}: loss became {metrics['loss']}; lower "
+                                 f"--server_learning_rate (now {config.server_learning_rate})")
+      released = {"loss": np.float32(metrics["loss"])}
+      if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
+        released["linear_probe_accuracy"] = np.float32(evaluation.linear_probe(
+            keras_encoder(builder, state.weights), train, test, probe))
+      asyncio.run(csv_release.release(released, key=r))
+      asyncio.run(tb_release.release(released, key=r))
+      if state.round_num % config.checkpoint_every == 0 or state.round_num == config.rounds:
+        asyncio.run(state_manager.save(_state_to_program_state(state), version=state.round_num))
+      bar.update(1)
+      bar.set_postfix(loss=f"{metrics['loss']:.2f}")
+  finally:
+    bar.close()
+  pretrained_acc = evaluation.linear_probe(keras_encoder(builder, state.weights), train, test, probe)
+  random_acc = evaluation.linear_probe(keras_encoder(builder, model.initial_weights), train, test,
+                                       probe)
+  del results_random
+  last = _read_last_loss(os.path.join(output_dir, "metrics.csv"))
+  return {
+      "method": config.method,
+      "dataset": config.dataset,
+      "rounds": config.rounds,
+      "final_loss": last,
+      "linear_probe_label_fraction": config.eval_label_fraction,
+      "linear_probe_accuracy_pretrained": pretrained_acc,
+      "linear_probe_accuracy_random_init": random_acc,
+      "seconds": round(time.perf_counter() - start, 1),
+  }
+
+
+def load_encoder(config, image_shape, manager) -> tf.keras.Model:
+  """The Keras encoder held by the latest checkpoint of a federated run."""
+  tf.keras.utils.set_random_seed(config.seed)
+  builder = _ssl_keras_builder(config, image_shape)
+  model = FunctionalModel(builder)
+  process = build_process(config, model, image_shape)
+  loaded, _ = asyncio.run(manager.load_latest(_state_to_program_state(process.initialize())))
+  if loaded is None:
+    raise ValueError("the run has no checkpoint yet; run bin/train first")
+  return keras_encoder(builder, _program_state_to_state(loaded).weights)
+
+
+def _read_last_loss(path: str) -> float:
+  with open(path) as f:
+    rows = [line.strip().split(",") for line in f if line.strip()]
+  header = rows[0]
+  return float(rows[-1][header.index("loss")])
+
+
+class _NoBar:
+  def update(self, n):
+    pass
+
+  def set_postfix(self, **kw):
+    pass
+
+  def close(self):
+    pass
+
+
+def _progress(total: int, done: int, enabled: bool):
+  if not enabled:
+    return _NoBar()
+  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
+  return tqdm(total=total, initial=done, desc="rounds", unit="round", dynamic_ncols=True)
