@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from tff_ssl import data as data_lib
 from tff_ssl import evaluation, losses, models, optim
+from tff_ssl import progress as progress_lib
 from tff_ssl.training import PretrainConfig, pretrain
 
 
@@ -206,7 +207,8 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> 
   random_acc = evaluation.linear_probe(model.encoder, train, test, probe)
 
   metrics_path = os.path.join(output_dir, "metrics.csv")
-  with open(metrics_path, "w") as metrics, _progress_bar(config.steps, progress) as bar:
+  with open(metrics_path, "w") as metrics, progress_lib.bar(
+      config.steps, desc="pretraining", unit="step", enabled=progress) as bar:
     metrics.write("step,loss\n")
 
     def on_step(step, loss):
@@ -289,24 +291,3 @@ def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
                      f"to completion first")
   encoder.set_weights([np.asarray(w) for w in state["encoder_weights"]])
   return config, encoder
-
-
-class _NoBar:
-  def __enter__(self):
-    return self
-
-  def __exit__(self, *exc):
-    return False
-
-  def update(self, n):
-    pass
-
-  def set_postfix(self, **kw):
-    pass
-
-
-def _progress_bar(total: int, enabled: bool):
-  if not enabled:
-    return _NoBar()
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  return tqdm(total=total, desc="pretraining", unit="step", dynamic_ncols=True)

@@ -90,3 +90,26 @@ SERVER_OPTIMIZERS = {
 def _lars(lr):
   from tff_ssl.federated.lars import LARSOptimizer  # pylint: disable=g-import-not-at-top
   return LARSOptimizer(lr)
+
+
+class ServerLoop:
+  """The server's part shared by every process: initial state, and the optimizer step that closes a
+  round with the aggregated update."""
+
+  def __init__(self, model: FunctionalModel, server_optimizer, aggregator=None):
+    self.model = model
+    self._aggregator = aggregator
+    self._init_optimizer, self._server_update = build_server_update(server_optimizer, model)
+
+  def initialize(self) -> ServerState:
+    return ServerState(weights=[w.copy() for w in self.model.initial_weights],
+                       optimizer_state=self._init_optimizer(),
+                       aggregator_state=self._aggregator.initialize() if self._aggregator else (),
+                       round_num=0)
+
+  def finish_round(self, state: ServerState, update, loss, num_clients: int,
+                   aggregator_state=()) -> tuple[ServerState, dict]:
+    weights, opt_state = self._server_update(state.weights, state.optimizer_state, list(update))
+    new_state = ServerState(weights=[np.asarray(w) for w in weights], optimizer_state=opt_state,
+                            aggregator_state=aggregator_state, round_num=state.round_num + 1)
+    return new_state, {"loss": float(loss), "clients": num_clients}

@@ -59,7 +59,7 @@ def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingSta
   return losses.EncodingStatistics(*[k + tf.stop_gradient(a - k) for k, a in zip(local, aggregate)])
 
 
-class DCCOProcess:
+class DCCOProcess(common.ServerLoop):
   """DCCO rounds over a `FunctionalModel` (encoder + projector).
 
   `initialize() -> ServerState`; `next(state, clients) -> (state, metrics)` where `clients` is a list of
@@ -72,7 +72,7 @@ class DCCOProcess:
   def __init__(self, model: FunctionalModel, image_shape: Sequence[int],
                server_optimizer: tff.learning.optimizers.Optimizer,
                config: DCCOConfig = DCCOConfig()):
-    self.model = model
+    super().__init__(model, server_optimizer)
     self.config = config
     w_type = common.weights_type(model)
     data_type = common.client_input_type(image_shape)
@@ -130,12 +130,6 @@ class DCCOProcess:
     self.client_update = client_update
     self.aggregate_statistics = aggregate_statistics
     self.aggregate_updates = aggregate_updates
-    self._init_optimizer, self._server_update = common.build_server_update(server_optimizer, model)
-
-  def initialize(self) -> common.ServerState:
-    return common.ServerState(weights=[w.copy() for w in self.model.initial_weights],
-                              optimizer_state=self._init_optimizer(), aggregator_state=(),
-                              round_num=0)
 
   def next(self, state: common.ServerState, clients: list[dict]):
     if not clients:
@@ -143,9 +137,4 @@ class DCCOProcess:
     seed = common.round_seed(self.config.seed, state.round_num)
     stats = self.aggregate_statistics(state.weights, seed, clients)
     out = self.aggregate_updates(state.weights, seed, stats, clients)
-    weights, opt_state = self._server_update(state.weights, state.optimizer_state,
-                                             list(out["update"]))
-    new_state = common.ServerState(weights=[np.asarray(w) for w in weights],
-                                   optimizer_state=opt_state, aggregator_state=(),
-                                   round_num=state.round_num + 1)
-    return new_state, {"loss": float(out["loss"]), "clients": len(clients)}
+    return self.finish_round(state, out["update"], out["loss"], len(clients))

@@ -55,7 +55,7 @@ class FedAvgSSLConfig:
     return losses.get_loss(self.loss, **kwargs)
 
 
-class FedAvgSSLProcess:
+class FedAvgSSLProcess(common.ServerLoop):
   """FedAvg rounds with a within-client SSL loss; same interface as `DCCOProcess`.
 
     run_round: (<w@SERVER, aggregator_state@SERVER, seed@SERVER, data@CLIENTS>
@@ -66,7 +66,6 @@ class FedAvgSSLProcess:
                server_optimizer: tff.learning.optimizers.Optimizer,
                config: FedAvgSSLConfig = FedAvgSSLConfig(),
                aggregation_factory: tff.aggregators.WeightedAggregationFactory | None = None):
-    self.model = model
     self.config = config
     w_type = common.weights_type(model)
     data_type = common.client_input_type(image_shape)
@@ -109,12 +108,7 @@ class FedAvgSSLProcess:
     self.client_update = client_update
     self.run_round = run_round
     self.aggregator = aggregator
-    self._init_optimizer, self._server_update = common.build_server_update(server_optimizer, model)
-
-  def initialize(self) -> common.ServerState:
-    return common.ServerState(weights=[w.copy() for w in self.model.initial_weights],
-                              optimizer_state=self._init_optimizer(),
-                              aggregator_state=self.aggregator.initialize(), round_num=0)
+    super().__init__(model, server_optimizer, aggregator)
 
   def next(self, state: common.ServerState, clients: list[dict]):
     if not clients:
@@ -125,10 +119,5 @@ class FedAvgSSLProcess:
                        f"a client with {small[0]}. Use DCCO for one-image clients")
     seed = common.round_seed(self.config.seed, state.round_num)
     out = self.run_round(state.weights, state.aggregator_state, seed, clients)
-    weights, opt_state = self._server_update(state.weights, state.optimizer_state,
-                                             list(out["update"]))
-    new_state = common.ServerState(weights=[np.asarray(w) for w in weights],
-                                   optimizer_state=opt_state,
-                                   aggregator_state=out["aggregator_state"],
-                                   round_num=state.round_num + 1)
-    return new_state, {"loss": float(out["loss"]), "clients": len(clients)}
+    return self.finish_round(state, out["update"], out["loss"], len(clients),
+                             out["aggregator_state"])

@@ -22,6 +22,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import data as data_lib
 from tff_ssl import evaluation, models
+from tff_ssl import progress as progress_lib
 from tff_ssl.data.client_data import PartitionedClientData
 from tff_ssl.federated import common
 from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
@@ -124,8 +125,8 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
     state = _program_state_to_state(loaded)
   probe = config.probe_config()
   start = time.perf_counter()
-  results_random = None
-  bar = _progress(config.rounds, state.round_num, progress)
+  bar = progress_lib.bar(config.rounds, desc="rounds", unit="round", initial=state.round_num,
+                         enabled=progress)
   try:
     while state.round_num < config.rounds:
       r = state.round_num
@@ -153,7 +154,6 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   pretrained_acc = evaluation.linear_probe(keras_encoder(builder, state.weights), train, test, probe)
   random_acc = evaluation.linear_probe(keras_encoder(builder, model.initial_weights), train, test,
                                        probe)
-  del results_random
   last = _read_last_loss(os.path.join(output_dir, "metrics.csv"))
   return {
       "method": config.method,
@@ -184,21 +184,3 @@ def _read_last_loss(path: str) -> float:
     rows = [line.strip().split(",") for line in f if line.strip()]
   header = rows[0]
   return float(rows[-1][header.index("loss")])
-
-
-class _NoBar:
-  def update(self, n):
-    pass
-
-  def set_postfix(self, **kw):
-    pass
-
-  def close(self):
-    pass
-
-
-def _progress(total: int, done: int, enabled: bool):
-  if not enabled:
-    return _NoBar()
-  from tqdm import tqdm  # pylint: disable=g-import-not-at-top
-  return tqdm(total=total, initial=done, desc="rounds", unit="round", dynamic_ncols=True)
