@@ -32,7 +32,7 @@ from tff_ssl.training import PretrainConfig, pretrain
 
 CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
 FEDERATED_FIELDS = ("rounds", "num_clients", "samples_per_client", "alpha", "clients_per_round",
-                    "local_steps", "client_learning_rate", "server_optimizer",
+                    "local_steps", "client_optimizer", "client_learning_rate", "server_optimizer",
                     "server_learning_rate", "checkpoint_every")
 
 
@@ -88,6 +88,7 @@ class ExperimentConfig:
   alpha: float = 0.0
   clients_per_round: int = 64
   local_steps: int = 1
+  client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0
   server_optimizer: str = "adam"
   server_learning_rate: float = 2e-3
@@ -105,8 +106,9 @@ class ExperimentConfig:
     _choice("dataset", self.dataset, data_lib.SOURCES)
     _choice("encoder", self.encoder, models.ENCODERS)
     _choice("optimizer", self.optimizer, optim.OPTIMIZERS)
-    from tff_ssl.federated.common import SERVER_OPTIMIZERS  # pylint: disable=g-import-not-at-top
+    from tff_ssl.federated.common import CLIENT_OPTIMIZERS, SERVER_OPTIMIZERS  # pylint: disable=g-import-not-at-top
     _choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
+    _choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
     for name in ("steps", "batch_size", "eval_steps", "log_every", "rounds", "num_clients",
                  "samples_per_client", "clients_per_round", "local_steps", "checkpoint_every"):
       if getattr(self, name) < 1:

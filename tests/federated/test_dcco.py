@@ -178,3 +178,22 @@ def test_fedavg_rejects_one_image_clients_and_unweighted_factories(model):
   with pytest.raises(TypeError, match="WeightedAggregationFactory"):
     FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
                      aggregation_factory=tff.aggregators.SumFactory())
+
+
+def test_client_momentum_matters_only_from_the_second_local_step(model):
+  _, clients = make_clients([2, 3])
+  sgd = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+
+  def round_weights(client_optimizer, steps):
+    process = DCCOProcess(model, SHAPE, sgd, DCCOConfig(
+        client_optimizer=client_optimizer, client_learning_rate=ETA, local_steps=steps,
+        augment=AUGMENT, seed=SEED))
+    return process.next(process.initialize(), clients)[0].weights
+
+  base = model.initial_weights
+  one_gd, one_m = round_weights("sgd", 1), round_weights("sgdm", 1)
+  assert relative_gap(one_gd, one_m, [w - b for w, b in zip(one_gd, base)]) <= 1e-6
+  two_gd, two_m = round_weights("sgd", 2), round_weights("sgdm", 2)
+  assert relative_gap(two_gd, two_m, [w - b for w, b in zip(two_gd, base)]) > 1e-3
+  with pytest.raises(ValueError, match="unknown client_optimizer 'adam'"):
+    DCCOConfig(client_optimizer="adam")

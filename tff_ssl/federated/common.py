@@ -79,6 +79,18 @@ def build_server_update(optimizer: tff.learning.optimizers.Optimizer, model: Fun
   return initialize, update
 
 
+CLIENT_OPTIMIZERS = ("sgd", "sgdm")
+
+
+def client_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers.Optimizer:
+  """The clients' local optimizer: plain gradient descent ("sgd", the papers' choice, and what
+  DCCO's equivalence needs) or SGD with momentum 0.9 ("sgdm"), restarted every round."""
+  if name not in CLIENT_OPTIMIZERS:
+    raise ValueError(f"unknown client optimizer {name!r}; choose one of {list(CLIENT_OPTIMIZERS)}")
+  return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
+                                            momentum=0.9 if name == "sgdm" else None)
+
+
 SERVER_OPTIMIZERS = {
     "sgd": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr),
     "sgdm": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=0.9),

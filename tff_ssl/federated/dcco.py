@@ -42,6 +42,7 @@ from tff_ssl.federated.functional import FunctionalModel
 @dataclasses.dataclass(frozen=True)
 class DCCOConfig:
   cco_lambda: float = losses.cco.DEFAULT_LAMBDA
+  client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0  # The paper: plain gradient descent at 1.0, one local step.
   local_steps: int = 1
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
@@ -50,6 +51,9 @@ class DCCOConfig:
   def __post_init__(self):
     if self.local_steps < 1:
       raise ValueError(f"local_steps must be >= 1; got {self.local_steps}")
+    if self.client_optimizer not in common.CLIENT_OPTIMIZERS:
+      raise ValueError(f"unknown client_optimizer {self.client_optimizer!r}; choose one of "
+                       f"{list(common.CLIENT_OPTIMIZERS)}")
     if not self.client_learning_rate > 0:
       raise ValueError(f"client_learning_rate must be > 0; got {self.client_learning_rate}")
 
@@ -94,6 +98,8 @@ class DCCOProcess(common.ServerLoop):
       aggregate = losses.EncodingStatistics(*[getattr(aggregate, f) for f in losses.EncodingStatistics._fields])
       initial = list(weights)
       current = list(weights)
+      local_opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+      opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
       first_loss = None
       for _ in range(cfg.local_steps):
         with tf.GradientTape() as tape:
@@ -102,7 +108,8 @@ class DCCOProcess(common.ServerLoop):
           loss = losses.cco_loss_from_statistics(
               _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
         grads = tape.gradient(loss, current)
-        current = [w - cfg.client_learning_rate * gr for w, gr in zip(current, grads)]
+        opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
+        current = list(current)
         first_loss = loss if first_loss is None else first_loss
       delta = [a - b for a, b in zip(initial, current)]
       return delta, common.num_examples(data), first_loss

@@ -37,6 +37,7 @@ class FedAvgSSLConfig:
   loss: str = "cco"  # "cco" or "nt_xent"
   cco_lambda: float = losses.cco.DEFAULT_LAMBDA
   temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
+  client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0
   local_steps: int = 1
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
@@ -47,6 +48,9 @@ class FedAvgSSLConfig:
       raise ValueError(f"unknown loss {self.loss!r}; choose one of {sorted(losses.LOSSES)}")
     if self.local_steps < 1:
       raise ValueError(f"local_steps must be >= 1; got {self.local_steps}")
+    if self.client_optimizer not in common.CLIENT_OPTIMIZERS:
+      raise ValueError(f"unknown client_optimizer {self.client_optimizer!r}; choose one of "
+                       f"{list(common.CLIENT_OPTIMIZERS)}")
     if not self.client_learning_rate > 0:
       raise ValueError(f"client_learning_rate must be > 0; got {self.client_learning_rate}")
 
@@ -82,6 +86,8 @@ class FedAvgSSLProcess(common.ServerLoop):
     def client_update(weights, seed, data):
       initial = list(weights)
       current = list(weights)
+      local_opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+      opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
       first_loss = None
       for step in range(cfg.local_steps):
         step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
@@ -91,7 +97,8 @@ class FedAvgSSLProcess(common.ServerLoop):
           f, g = common.encode_views(model, current, v1, v2)
           loss = loss_fn(f, g)
         grads = tape.gradient(loss, current)
-        current = [w - cfg.client_learning_rate * gr for w, gr in zip(current, grads)]
+        opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
+        current = list(current)
         first_loss = loss if first_loss is None else first_loss
       return ([a - b for a, b in zip(initial, current)], common.num_examples(data), first_loss)
 

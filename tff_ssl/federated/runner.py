@@ -51,11 +51,13 @@ def build_process(config, model: FunctionalModel, image_shape):
   augment = config.augment_config()
   if method.process == "dcco":
     return DCCOProcess(model, image_shape, optimizer, DCCOConfig(
-        cco_lambda=config.cco_lambda, client_learning_rate=config.client_learning_rate,
+        cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
+        client_learning_rate=config.client_learning_rate,
         local_steps=config.local_steps, augment=augment, seed=config.seed))
   return FedAvgSSLProcess(model, image_shape, optimizer, FedAvgSSLConfig(
       loss=method.loss, cco_lambda=config.cco_lambda, temperature=config.temperature,
-      client_learning_rate=config.client_learning_rate, local_steps=config.local_steps,
+      client_optimizer=config.client_optimizer, client_learning_rate=config.client_learning_rate,
+      local_steps=config.local_steps,
       augment=augment, seed=config.seed))
 
 
