@@ -4,12 +4,15 @@
 `bin/train` overrides their fields from flags. `run(config, output_dir)` writes into `output_dir`:
 
   hparams.json   the config, written first
-  metrics.csv    step, loss (every `log_every` steps)
+  metrics.csv    step (or round), loss; federated runs add the periodic linear probe
+  checkpoints/   tff.program state: the final encoder (centralized), the server state (federated)
+  tensorboard/   federated runs' metrics
   results.json   linear-probe accuracy of the pretrained encoder and of the same encoder at random
                  initialization; written last and atomically, so its presence marks a finished run.
 
-Methods (registry `METHODS`): centralized_cco (DCCO's centralized upper bound), centralized_simclr.
-The federated methods arrive with their TFF processes.
+Methods (registry `METHODS`): dcco, fedavg_cco, fedavg_simclr (federated, `tff_ssl.federated`),
+centralized_cco (DCCO's centralized upper bound), centralized_simclr, and supervised (from scratch on
+the labeled fraction).
 """
 
 from __future__ import annotations

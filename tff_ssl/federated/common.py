@@ -91,6 +91,17 @@ def client_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers
                                             momentum=0.9 if name == "sgdm" else None)
 
 
+def check_client_training(local_steps: int, optimizer: str, learning_rate: float) -> None:
+  """Validates the client-side training settings every process shares."""
+  if local_steps < 1:
+    raise ValueError(f"local_steps must be >= 1; got {local_steps}")
+  if optimizer not in CLIENT_OPTIMIZERS:
+    raise ValueError(f"unknown client_optimizer {optimizer!r}; choose one of "
+                     f"{list(CLIENT_OPTIMIZERS)}")
+  if not learning_rate > 0:
+    raise ValueError(f"client_learning_rate must be > 0; got {learning_rate}")
+
+
 SERVER_OPTIMIZERS = {
     "sgd": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr),
     "sgdm": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=0.9),

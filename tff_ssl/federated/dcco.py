@@ -49,13 +49,8 @@ class DCCOConfig:
   seed: int = 0
 
   def __post_init__(self):
-    if self.local_steps < 1:
-      raise ValueError(f"local_steps must be >= 1; got {self.local_steps}")
-    if self.client_optimizer not in common.CLIENT_OPTIMIZERS:
-      raise ValueError(f"unknown client_optimizer {self.client_optimizer!r}; choose one of "
-                       f"{list(common.CLIENT_OPTIMIZERS)}")
-    if not self.client_learning_rate > 0:
-      raise ValueError(f"client_learning_rate must be > 0; got {self.client_learning_rate}")
+    common.check_client_training(self.local_steps, self.client_optimizer,
+                                 self.client_learning_rate)
 
 
 def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingStatistics:

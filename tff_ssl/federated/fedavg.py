@@ -46,13 +46,8 @@ class FedAvgSSLConfig:
   def __post_init__(self):
     if self.loss not in losses.LOSSES:
       raise ValueError(f"unknown loss {self.loss!r}; choose one of {sorted(losses.LOSSES)}")
-    if self.local_steps < 1:
-      raise ValueError(f"local_steps must be >= 1; got {self.local_steps}")
-    if self.client_optimizer not in common.CLIENT_OPTIMIZERS:
-      raise ValueError(f"unknown client_optimizer {self.client_optimizer!r}; choose one of "
-                       f"{list(common.CLIENT_OPTIMIZERS)}")
-    if not self.client_learning_rate > 0:
-      raise ValueError(f"client_learning_rate must be > 0; got {self.client_learning_rate}")
+    common.check_client_training(self.local_steps, self.client_optimizer,
+                                 self.client_learning_rate)
 
   def loss_fn(self):
     kwargs = {"lambd": self.cco_lambda} if self.loss == "cco" else {"temperature": self.temperature}
