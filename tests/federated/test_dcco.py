@@ -11,10 +11,11 @@ import tensorflow_federated as tff
 
 from tff_ssl import losses, models
 from tff_ssl.data import AugmentConfig, two_views
-from tff_ssl.federated import common
+from tff_ssl.federated import common, grouping
 from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.federated.grouping import Simulation
 
 SHAPE = (12, 12, 1)
 AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
@@ -117,12 +118,14 @@ def test_fedavg_cco_round_is_not_the_centralized_step(model):
   assert relative_gap(new_state.weights, central, [ETA * g for g in grad]) > 1e-2
 
 
-def test_phase_one_statistics_are_the_unions_statistics(model, union_and_gradient):
+@pytest.mark.parametrize("mode", ["reference", "grouped"])
+def test_phase_one_statistics_are_the_unions_statistics(model, union_and_gradient, mode):
   images, clients, _ = union_and_gradient
+  simulation = Simulation(mode=mode, group_size=3)
   process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-                        DCCOConfig(augment=AUGMENT, seed=SEED))
-  aggregate = process.aggregate_statistics(model.initial_weights, common.round_seed(SEED, 0),
-                                           clients)
+                        DCCOConfig(augment=AUGMENT, seed=SEED), simulation)
+  data = grouping.pack(clients, 3) if simulation.grouped else clients
+  aggregate = process.aggregate_statistics(model.initial_weights, common.round_seed(SEED, 0), data)
 
   @tf.function
   def union_stats(w, x, ids):
@@ -158,7 +161,8 @@ def test_fedavg_update_is_the_nk_weighted_mean_of_client_updates(model):
   _, clients = make_clients([2, 6])
   process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
                              FedAvgSSLConfig(loss="nt_xent", client_learning_rate=ETA,
-                                             augment=AUGMENT, seed=SEED))
+                                             augment=AUGMENT, seed=SEED),
+                             simulation=Simulation(mode="reference"))
   sig = process.run_round.type_signature
   assert sig.parameter.data.placement == tff.CLIENTS and sig.result.update.placement == tff.SERVER
   seed = common.round_seed(SEED, 0)

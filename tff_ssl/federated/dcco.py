@@ -35,7 +35,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import losses
 from tff_ssl.data.augment import AugmentConfig
-from tff_ssl.federated import common
+from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 
 
@@ -58,56 +58,88 @@ def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingSta
   return losses.EncodingStatistics(*[k + tf.stop_gradient(a - k) for k, a in zip(local, aggregate)])
 
 
+def _local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate):
+  """A client's local steps against the round's aggregate statistics: (Delta_k, first-step loss)."""
+  initial = list(weights)
+  current = list(weights)
+  local_opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+  opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
+  first_loss = None
+  for _ in range(cfg.local_steps):
+    with tf.GradientTape() as tape:
+      tape.watch(current)
+      f, g = common.encode_views(model, current, v1, v2)
+      loss = losses.cco_loss_from_statistics(
+          _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
+    grads = tape.gradient(loss, current)
+    opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
+    current = list(current)
+    first_loss = loss if first_loss is None else first_loss
+  return [a - b for a, b in zip(initial, current)], first_loss
+
+
+def _as_statistics(struct) -> losses.EncodingStatistics:
+  return losses.EncodingStatistics(*[getattr(struct, f) for f in losses.EncodingStatistics._fields])
+
+
 class DCCOProcess(common.ServerLoop):
   """DCCO rounds over a `FunctionalModel` (encoder + projector).
 
   `initialize() -> ServerState`; `next(state, clients) -> (state, metrics)` where `clients` is a list of
-  `common.client_inputs(images, ids)`. The phases are exposed for inspection:
+  `common.client_inputs(images, ids)`. The phases are exposed for inspection (`data` is one client in
+  reference mode and one group of clients, `grouping.group_input_type`, in grouped mode):
     aggregate_statistics: (<w@SERVER, seed@SERVER, data@CLIENTS> -> <stats>@SERVER)
     aggregate_updates:    (<w@SERVER, seed@SERVER, stats@SERVER, data@CLIENTS>
                            -> <update=Δ@SERVER, loss@SERVER>)
+  In grouped mode (the default, `grouping.Simulation`) a slot returns its clients' N_k-weighted mean
+  statistics and update with weight sum N_k; with one local step the group's update is one batched
+  pass (exact, see `grouping`), with several a loop over its clients.
   """
 
   def __init__(self, model: FunctionalModel, image_shape: Sequence[int],
                server_optimizer: tff.learning.optimizers.Optimizer,
-               config: DCCOConfig = DCCOConfig()):
+               config: DCCOConfig = DCCOConfig(),
+               simulation: grouping.Simulation = grouping.Simulation()):
     super().__init__(model, server_optimizer)
     self.config = config
+    self.simulation = simulation
     w_type = common.weights_type(model)
-    data_type = common.client_input_type(image_shape)
+    data_type = (grouping.group_input_type(image_shape) if simulation.grouped
+                 else common.client_input_type(image_shape))
     d = model.output_dim
     stats_type = tff.StructType([(name, tff.TensorType(np.float32, [d, d] if name == "mean_fg"
                                                        else [d]))
                                  for name in losses.EncodingStatistics._fields])
     cfg = config
+    # One batched pass is exact for a group when the update is linear in the gradient (module doc).
+    batched = not simulation.grouped or (cfg.local_steps == 1 and simulation.batch_one_step)
 
     @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
     def client_statistics(weights, seed, data):
+      # The statistics are means over images, so a group's N_g-weighted mean over its clients is the
+      # statistics of its concatenated images.
       v1, v2 = common.views(data, seed, cfg.augment)
       f, g = common.encode_views(model, weights, v1, v2)
       return losses.encoding_statistics(f, g)._asdict(), common.num_examples(data)
 
     @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type)
     def client_update(weights, seed, aggregate, data):
-      v1, v2 = common.views(data, seed, cfg.augment)
-      aggregate = losses.EncodingStatistics(*[getattr(aggregate, f) for f in losses.EncodingStatistics._fields])
-      initial = list(weights)
-      current = list(weights)
-      local_opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
-      opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
-      first_loss = None
-      for _ in range(cfg.local_steps):
-        with tf.GradientTape() as tape:
-          tape.watch(current)
-          f, g = common.encode_views(model, current, v1, v2)
-          loss = losses.cco_loss_from_statistics(
-              _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
-        grads = tape.gradient(loss, current)
-        opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
-        current = list(current)
-        first_loss = loss if first_loss is None else first_loss
-      delta = [a - b for a, b in zip(initial, current)]
-      return delta, common.num_examples(data), first_loss
+      aggregate = _as_statistics(aggregate)
+      if batched:
+        v1, v2 = common.views(data, seed, cfg.augment)
+        delta, loss = _local_training(model, cfg, weights, v1, v2, aggregate)
+        return delta, common.num_examples(data), loss
+
+      def one_client(images, ids, acc):
+        v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
+        delta, loss = _local_training(model, cfg, weights, v1, v2, aggregate)
+        n = tf.cast(tf.shape(ids)[0], tf.float32)
+        return ([s + n * u for s, u in zip(acc[0], delta)], acc[1] + n, acc[2] + n * loss)
+
+      sums = grouping.fold_clients(
+          data, one_client, ([tf.zeros_like(w) for w in weights], tf.constant(0.0),
+                             tf.constant(0.0)))
+      return [s / sums[1] for s in sums[0]], sums[1], sums[2] / sums[1]
 
     @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
                                tff.FederatedType(common.SEED_TYPE, tff.SERVER),
@@ -133,10 +165,16 @@ class DCCOProcess(common.ServerLoop):
     self.aggregate_statistics = aggregate_statistics
     self.aggregate_updates = aggregate_updates
 
-  def next(self, state: common.ServerState, clients: list[dict]):
+  def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
+    """The round's aggregated update Δ and mean client loss, before the server optimizer step."""
     if not clients:
       raise ValueError("a DCCO round needs at least one client")
     seed = common.round_seed(self.config.seed, state.round_num)
-    stats = self.aggregate_statistics(state.weights, seed, clients)
-    out = self.aggregate_updates(state.weights, seed, stats, clients)
+    data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
+            else clients)
+    stats = self.aggregate_statistics(state.weights, seed, data)
+    return dict(self.aggregate_updates(state.weights, seed, stats, data))
+
+  def next(self, state: common.ServerState, clients: list[dict]):
+    out = self.compute_update(state, clients)
     return self.finish_round(state, out["update"], out["loss"], len(clients))

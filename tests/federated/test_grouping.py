@@ -1,0 +1,209 @@
+"""Grouped simulation equals reference simulation (one real client per TFF slot) to float round-off.
+
+Two rounds, unequal client sizes, for DCCO and FedAvg with one and with several local steps, with one
+slot per round and with several; plus the per-client weighting hook and the packing of groups.
+
+Conditioning. A float32 comparison only means something where float32 itself is accurate, so the test
+problem is chosen to be well conditioned: textured images that differ from each other, a model wide
+enough that its projections vary across images, more images per round than projection dimensions (32),
+and learning rates that keep each round a small step (CCO gradients are ~100x NT-Xent's). Outside that
+regime the reference mode alone is not reproducible to 1e-4: with 8-16-channel convolutions, 2-image
+clients or smooth images, merely reversing the order of the clients in reference mode moved round 2 by
+1e-4 to 1e-3 of its update (DCCO's raw-moment variance <F^2> - <F>^2 cancels), and a within-client
+CCO over fewer images than dimensions is 8e-4 away from its float64 value in either mode.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl import models
+from tff_ssl.data import AugmentConfig
+from tff_ssl.federated import common, grouping
+from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.federated.grouping import Simulation
+
+SHAPE = (12, 12, 1)
+AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
+SEED = 5
+REFERENCE = Simulation(mode="reference")
+LR = {"cco": 1e-4, "nt_xent": 0.05}  # See the module docstring.
+
+
+def build_keras():
+  """A small encoder of the real building blocks (WS convolutions + GroupNorm) and an MLP projector:
+  small so the many traced computations here stay quick, wide enough that its projections vary
+  across images (max <F>^2 / Var F = 64 at initialization; 4,800 with 8-16 channels, where the
+  one-pass variance alone loses 3e-4 to float32 cancellation)."""
+  x = tf.keras.Input(SHAPE)
+  h = x
+  for i, channels in enumerate((32, 32, 64)):
+    h = models.layers.WSConv2D(channels, 3, strides=2, padding="same", use_bias=False,
+                               name=f"conv{i}")(h)
+    h = models.layers.group_norm(channels, name=f"gn{i}")(h)
+    h = tf.keras.layers.ReLU()(h)
+  h = tf.keras.layers.GlobalAveragePooling2D()(h)
+  return tf.keras.Model(x, models.build_mlp_head(64, [64, 32])(h))
+
+
+@pytest.fixture(scope="module")
+def model():
+  tf.keras.utils.set_random_seed(1)
+  return FunctionalModel(build_keras)
+
+
+def structured_images(rng, n):
+  """Images that differ from each other as real ones do (each its own pattern, texture and contrast).
+  White noise gives nearly identical pooled features, and flat regions give the zero-mean
+  weight-standardized kernels nothing to see; both make the losses ill-conditioned in float32."""
+  coarse = tf.image.resize(rng.uniform(0, 1, (n, 4, 4, 1)), SHAPE[:2], method="bicubic").numpy()
+  texture = rng.uniform(-1, 1, (n,) + SHAPE) * rng.uniform(0.05, 0.3, (n, 1, 1, 1))
+  contrast = rng.uniform(0.3, 1.0, (n, 1, 1, 1))
+  return np.clip(255 * (0.5 + contrast * (coarse - 0.5) + texture), 0, 255).astype(np.uint8)
+
+
+def rounds_of_clients(sizes_per_round, seed=0):
+  rng = np.random.default_rng(seed)
+  out, next_id = [], 0
+  for sizes in sizes_per_round:
+    clients = []
+    for n in sizes:
+      images = structured_images(rng, n)
+      clients.append(common.client_inputs(images, np.arange(next_id, next_id + n)))
+      next_id += n
+    out.append(clients)
+  return out
+
+
+def run_two_rounds(process, rounds):
+  """Each round's aggregated update and loss, every round starting from the process's own state."""
+  state = process.initialize()
+  updates, losses = [], []
+  for clients in rounds:
+    out = process.compute_update(state, clients)
+    updates.append([np.asarray(u) for u in out["update"]])
+    losses.append(out["loss"])
+    state, _ = process.finish_round(state, out["update"], out["loss"], len(clients),
+                                    out.get("aggregator_state", ()))
+  return updates, losses
+
+
+def assert_same_rounds(got, want):
+  """Per round: max |Δ| between the aggregated updates <= 1e-4 · max |update|; losses to 1e-4."""
+  (got_u, got_l), (want_u, want_l) = got, want
+  for r, (g, w) in enumerate(zip(got_u, want_u)):
+    scale = max(np.abs(x).max() for x in w)
+    gap = max(np.abs(a - b).max() for a, b in zip(g, w))
+    assert scale > 0
+    assert gap <= 1e-4 * scale, f"round {r}: gap {gap:.3g} vs update {scale:.3g}"
+  np.testing.assert_allclose(got_l, want_l, rtol=1e-4)
+
+
+SGD = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+DCCO_ROUNDS = [[1, 5, 12, 30, 1, 9], [20, 1, 40]]  # One-image clients among larger ones.
+FEDAVG_ROUNDS = [[40, 52, 36, 61], [45, 38, 70]]
+
+
+@pytest.mark.parametrize("steps,simulation", [
+    (1, Simulation()),  # One batched pass.
+    (1, Simulation(batch_one_step=False)),  # The per-client loop, on the same round.
+    (3, Simulation(group_size=2)),  # Several local steps, several slots.
+])
+def test_dcco_grouped_equals_reference(model, steps, simulation):
+  config = DCCOConfig(client_learning_rate=LR["cco"], local_steps=steps, augment=AUGMENT,
+                      seed=SEED)
+  rounds = rounds_of_clients(DCCO_ROUNDS)
+  want = run_two_rounds(DCCOProcess(model, SHAPE, SGD, config, REFERENCE), rounds)
+  got = run_two_rounds(DCCOProcess(model, SHAPE, SGD, config, simulation), rounds)
+  assert_same_rounds(got, want)
+
+
+@pytest.mark.parametrize("loss,steps,simulation", [
+    ("cco", 1, Simulation()),  # Batched pass, per-client CCO on the batched projections.
+    ("nt_xent", 1, Simulation(group_size=3)),
+    ("cco", 3, Simulation()),  # Several local steps: the per-client loop.
+    ("nt_xent", 2, Simulation(group_size=2)),
+])
+def test_fedavg_grouped_equals_reference(model, loss, steps, simulation):
+  config = FedAvgSSLConfig(loss=loss, client_learning_rate=LR[loss], local_steps=steps,
+                           augment=AUGMENT, seed=SEED)
+  rounds = rounds_of_clients(FEDAVG_ROUNDS)
+  want = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE), rounds)
+  got = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=simulation), rounds)
+  assert_same_rounds(got, want)
+
+
+class LossSoftmaxWeighting(grouping.ClientWeighting):
+  """Softmax(-L_k) as a weighted mean: value Delta_k, weight exp(-L_k) (the Loss strategy's form)."""
+
+  example_weighted = False
+
+  def __call__(self, update, num_examples, loss, weights):
+    return update, tf.exp(-loss)
+
+
+def test_per_client_weighting_hook_is_the_same_in_both_modes(model):
+  config = FedAvgSSLConfig(loss="nt_xent", client_learning_rate=LR["nt_xent"], augment=AUGMENT,
+                           seed=SEED)
+  rounds = rounds_of_clients(FEDAVG_ROUNDS)
+  weighting = LossSoftmaxWeighting()
+  want = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE,
+                                         client_weighting=weighting), rounds)
+  got = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(
+      group_size=2), client_weighting=weighting), rounds)
+  assert_same_rounds(got, want)
+  # Negative control: the weighting changes the result (so the hook is really used).
+  plain = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config), rounds)
+  gap = max(np.abs(a - b).max() for a, b in zip(plain[0][0], want[0][0]))
+  assert gap > 1e-3 * max(np.abs(x).max() for x in want[0][0])
+
+
+def test_one_round_of_reference_weighting_by_hand(model):
+  """The hook's weighted mean, computed by hand from the reference clients' own updates."""
+  config = FedAvgSSLConfig(loss="nt_xent", client_learning_rate=LR["nt_xent"], augment=AUGMENT,
+                           seed=SEED)
+  clients = rounds_of_clients([[20, 50, 30]])[0]
+  weighting = LossSoftmaxWeighting()
+  process = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(),
+                             client_weighting=weighting)
+  reference = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE)
+  seed = common.round_seed(SEED, 0)
+  outs = [reference.client_update(model.initial_weights, seed, c) for c in clients]
+  w = np.exp(-np.array([o[2] for o in outs]))
+  want = [sum(wk * o[0][i] for wk, o in zip(w, outs)) / w.sum() for i in range(len(outs[0][0]))]
+  state = process.initialize()
+  new_state, _ = process.next(state, clients)
+  got = [a - b for a, b in zip(state.weights, new_state.weights)]
+  scale = max(np.abs(x).max() for x in want)
+  assert max(np.abs(a - b).max() for a, b in zip(got, want)) <= 1e-4 * scale
+
+
+def test_pack_concatenates_clients_into_groups():
+  clients = [common.client_inputs(np.full((n, 2, 2, 1), n, np.uint8), np.arange(n) + 10 * n)
+             for n in (1, 3, 2)]
+  one = grouping.pack(clients)
+  assert len(one) == 1
+  np.testing.assert_array_equal(one[0]["sizes"], [1, 3, 2])
+  np.testing.assert_array_equal(one[0]["ids"], [10, 30, 31, 32, 20, 21])
+  np.testing.assert_array_equal(one[0]["images"][:, 0, 0, 0], [1, 3, 3, 3, 2, 2])
+  two = grouping.pack(clients, group_size=2)
+  assert [list(g["sizes"]) for g in two] == [[1, 3], [2]]
+  with pytest.raises(ValueError, match="at least one client"):
+    grouping.pack([])
+
+
+def test_simulation_rejects_bad_values():
+  with pytest.raises(ValueError, match="unknown simulation mode 'naive'"):
+    Simulation(mode="naive")
+  with pytest.raises(ValueError, match="group_size must be >= 0"):
+    Simulation(group_size=-1)
+
+
+def test_grouped_type_signature_carries_sizes(model):
+  process = DCCOProcess(model, SHAPE, SGD)
+  data = process.aggregate_updates.type_signature.parameter.data
+  assert data.placement == tff.CLIENTS
+  assert data.member.sizes == tff.TensorType(np.int32, [None])

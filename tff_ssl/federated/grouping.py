@@ -1,0 +1,149 @@
+"""Grouped simulation: one TFF client slot carries a group of real clients.
+
+Naive simulation gives every real client its own TFF client slot, and TFF's runtime then pays a fixed
+cost per slot per round (≈ 19 ms here, `shared/notes/tff-0.87.md`): 43× a centralized step for 512
+one-image clients. In grouped mode the round's clients are packed into a few slots (by default one);
+a slot's value is its clients' images and ids concatenated, plus their sizes:
+
+    group = {images: uint8 [sum N_k, H, W, C], ids: int64 [sum N_k], sizes: int32 [K]}
+
+so client data reaches the computation as one tensor per slot (no per-client `tf.data`), and inside the
+slot's TensorFlow computation every real client's work is done and reduced to exactly the partial sums
+the server's aggregation needs:
+
+    value_g = sum_k w_k v_k / sum_k w_k,    weight_g = sum_k w_k        (k over the group's clients)
+
+where (v_k, w_k) is what the client would have sent in reference mode (its update and N_k by
+default). A weighted mean over groups of (value_g, weight_g) is then the weighted mean over clients of
+(v_k, w_k), to float round-off. The reference mode (`Simulation(mode="reference")`: one real client per
+slot, the processes' plain per-client computations) stays available; the equivalence tests
+(`tests/federated/test_grouping.py`) compare the two.
+
+How a group computes its clients' work:
+
+* one local step, example-weighted (DCCO; FedAvg with `ExampleWeighting` and a loss of
+  `losses.per_client.PER_CLIENT_LOSSES`): the client update is eta * grad L_k, linear in the gradient,
+  so sum_k N_k Delta_k = eta * grad(sum_k N_k L_k): one batched forward and backward pass over all the
+  group's images, with the within-client losses evaluated per client on the batched projections
+  (GroupNorm is per sample, so a client's projections do not depend on its batch mates). For DCCO,
+  L_k = CCO(<>_k + stop_gradient(<>_A - <>_k)) has the value CCO(<>_A) and the gradient
+  J(<>_A) d<>_k/dw, so sum_k N_k grad L_k = N_g grad CCO(<>_g + stop_gradient(<>_A - <>_g)): the
+  group's own concatenation is, exactly, one client.
+* otherwise (several local steps, or a per-client weighting that depends on the client's own update):
+  a `tf.while_loop` over the group's clients inside the one computation, each client training from the
+  broadcast weights on its own slice and adding w_k v_k, w_k to running sums. Clients still run one after
+  another (their weights diverge), but without a TFF slot, a graph or a dispatch of their own.
+
+Aggregation factories. `FedAvgSSLProcess` hands its `tff.aggregators` factory one (value_g, weight_g)
+per slot, so any factory that computes a weighted mean of what it is given (`MeanFactory`, and
+compositions that act on the mean, such as server-side noise) gives the same result in both modes.
+Strategies whose per-client weight depends on the client itself (the Loss-based softmax of -L_k, the
+L-DAWA per-layer cosine delta_k^(l)) express that part as a `ClientWeighting`: a pure function
+(update, N_k, loss, broadcast weights) -> (v_k, w_k), evaluated for every real client inside the group
+computation (and by each client in reference mode), e.g. Loss: (Delta_k, exp(-L_k)); L-DAWA:
+(delta_k^(l) Delta_k^(l) per layer, 1). The factory then stays a weighted mean over what the groups
+send. Factories that transform each client's value non-linearly before summing (e.g. norm clipping)
+see group partials in grouped mode; such per-client processing belongs in a `ClientWeighting`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+MODES = ("grouped", "reference")
+
+
+@dataclasses.dataclass(frozen=True)
+class Simulation:
+  """How a process simulates a round's clients.
+
+  mode: "grouped" (real clients packed into TFF client slots) or "reference" (one per slot).
+  group_size: real clients per slot in grouped mode; 0 puts the whole round in one slot.
+  batch_one_step: in grouped mode, compute one-local-step, example-weighted rounds as one batched
+    pass (exact, see the module docstring); False forces the per-client loop (for tests and profiles).
+  """
+
+  mode: str = "grouped"
+  group_size: int = 0
+  batch_one_step: bool = True
+
+  def __post_init__(self):
+    if self.mode not in MODES:
+      raise ValueError(f"unknown simulation mode {self.mode!r}; choose one of {list(MODES)}")
+    if self.group_size < 0:
+      raise ValueError(f"group_size must be >= 0 (0: one slot per round); got {self.group_size}")
+
+  @property
+  def grouped(self) -> bool:
+    return self.mode == "grouped"
+
+
+def group_input_type(image_shape: Sequence[int]) -> tff.StructType:
+  """One slot's round input in grouped mode: its clients' images and ids concatenated, and sizes."""
+  return tff.StructType([
+      ("images", tff.TensorType(np.uint8, [None] + list(image_shape))),
+      ("ids", tff.TensorType(np.int64, [None])),
+      ("sizes", tff.TensorType(np.int32, [None])),
+  ])
+
+
+def pack(clients: Sequence[dict], group_size: int = 0) -> list[dict]:
+  """Packs per-client inputs (`common.client_inputs`) into groups of `group_size` (0: one group)."""
+  if not clients:
+    raise ValueError("a round needs at least one client")
+  size = group_size or len(clients)
+  groups = []
+  for start in range(0, len(clients), size):
+    part = clients[start:start + size]
+    groups.append({
+        "images": np.concatenate([c["images"] for c in part], axis=0),
+        "ids": np.concatenate([c["ids"] for c in part], axis=0).astype(np.int64),
+        "sizes": np.array([len(c["ids"]) for c in part], np.int32),
+    })
+  return groups
+
+
+def field(data, name: str):
+  return data[name] if isinstance(data, dict) else getattr(data, name)
+
+
+def fold_clients(group, body: Callable, initial):
+  """`acc = body(images_k, ids_k, acc)` for each real client k of `group`, in one `tf.while_loop`.
+
+  `initial` is a (nested) structure of tensors with fixed shapes; returns the final accumulator.
+  """
+  images, ids, sizes = field(group, "images"), field(group, "ids"), field(group, "sizes")
+  offsets = tf.cumsum(sizes, exclusive=True)
+  count = tf.shape(sizes)[0]
+
+  def step(k, acc):
+    start, n = offsets[k], sizes[k]
+    return k + 1, body(images[start:start + n], ids[start:start + n], acc)
+
+  _, acc = tf.while_loop(lambda k, _: k < count, step, (tf.constant(0), initial),
+                         parallel_iterations=1)
+  return acc
+
+
+class ClientWeighting:
+  """How one real client's result enters the server's weighted mean: (value v_k, weight w_k).
+
+  The default (this class) is FedAvg's: the client's update, weighted by its number of examples.
+  Subclasses (later strategies) override `__call__`; it runs inside the client (or group)
+  computation, so it must be a TensorFlow function of its arguments.
+  """
+
+  example_weighted = True  # (Delta_k, N_k): lets the grouped mode batch one-step rounds.
+
+  def __call__(self, update: list[tf.Tensor], num_examples: tf.Tensor, loss: tf.Tensor,
+               weights: list[tf.Tensor]) -> tuple[list[tf.Tensor], tf.Tensor]:
+    del loss, weights
+    return update, num_examples
+
+
+ExampleWeighting = ClientWeighting
