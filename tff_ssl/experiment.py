@@ -36,7 +36,7 @@ from tff_ssl.training import PretrainConfig, pretrain
 CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
 FEDERATED_FIELDS = ("rounds", "num_clients", "samples_per_client", "alpha", "clients_per_round",
                     "local_steps", "client_optimizer", "client_learning_rate", "server_optimizer",
-                    "server_learning_rate", "checkpoint_every")
+                    "server_learning_rate", "checkpoint_every", "simulation", "group_size")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +97,10 @@ class ExperimentConfig:
   server_learning_rate: float = 2e-3
   eval_every: int = 0  # Rounds between linear probes (0: only at the end).
   checkpoint_every: int = 10  # Rounds between checkpoints (a SavedModel write costs seconds).
+  # "grouped": real clients packed into TFF client slots (exact, near-centralized cost);
+  # "reference": one real client per TFF slot (tff_ssl/federated/grouping.py).
+  simulation: str = "grouped"
+  group_size: int = 0  # Real clients per TFF slot in grouped mode; 0: the whole round in one slot.
   eval_label_fraction: float = 0.1
   eval_steps: int = 500
   eval_learning_rate: float = 2.0
@@ -118,6 +122,11 @@ class ExperimentConfig:
         raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
     if self.batch_size < 2:
       raise ValueError(f"batch_size must be >= 2 for a within-batch SSL loss; got {self.batch_size}")
+    from tff_ssl.federated.grouping import MODES  # pylint: disable=g-import-not-at-top
+    if self.simulation not in MODES:
+      raise ValueError(f"unknown simulation {self.simulation!r}; choose one of {list(MODES)}")
+    if self.group_size < 0:
+      raise ValueError(f"group_size must be >= 0 (0: one slot per round); got {self.group_size}")
     if self.eval_every < 0:
       raise ValueError(f"eval_every must be >= 0; got {self.eval_every}")
     if not self.alpha >= 0:

@@ -24,7 +24,7 @@ from tff_ssl import data as data_lib
 from tff_ssl import evaluation, models
 from tff_ssl import progress as progress_lib
 from tff_ssl.data.client_data import PartitionedClientData
-from tff_ssl.federated import common
+from tff_ssl.federated import common, grouping
 from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
@@ -49,16 +49,17 @@ def build_process(config, model: FunctionalModel, image_shape):
   optimizer = tff.learning.optimizers.schedule_learning_rate(
       base, lambda r: lr * 0.5 * (1.0 + tf.cos(np.pi * tf.cast(r, tf.float32) / rounds)))
   augment = config.augment_config()
+  simulation = grouping.Simulation(mode=config.simulation, group_size=config.group_size)
   if method.process == "dcco":
     return DCCOProcess(model, image_shape, optimizer, DCCOConfig(
         cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
         client_learning_rate=config.client_learning_rate,
-        local_steps=config.local_steps, augment=augment, seed=config.seed))
+        local_steps=config.local_steps, augment=augment, seed=config.seed), simulation)
   return FedAvgSSLProcess(model, image_shape, optimizer, FedAvgSSLConfig(
       loss=method.loss, cco_lambda=config.cco_lambda, temperature=config.temperature,
       client_optimizer=config.client_optimizer, client_learning_rate=config.client_learning_rate,
       local_steps=config.local_steps,
-      augment=augment, seed=config.seed))
+      augment=augment, seed=config.seed), simulation=simulation)
 
 
 def keras_encoder(model_builder, weights: list[np.ndarray]) -> tf.keras.Model:
