@@ -21,6 +21,14 @@ TASKS: dict[str, ExperimentConfig] = {
         clients_per_round=16, local_steps=1, client_learning_rate=1.0, server_optimizer="adam",
         server_learning_rate=2e-3, crop_min_scale=0.2, blur=False, eval_label_fraction=0.1,
         eval_steps=500, seed=0),
+    # Cross-device scale: 50,000 one-image clients, 512 per round (the memory check of the grouped
+    # simulation; resources.csv holds the per-round memory).
+    "fmnist_dcco_50k_clients": ExperimentConfig(
+        method="dcco", dataset="fashion_mnist", encoder="resnet14", width=1.0,
+        projector=(512, 512, 512), rounds=20, num_clients=50000, samples_per_client=1, alpha=0.0,
+        clients_per_round=512, local_steps=1, client_learning_rate=1.0, server_optimizer="adam",
+        server_learning_rate=2e-3, crop_min_scale=0.2, blur=False, eval_label_fraction=0.1,
+        eval_steps=500, checkpoint_every=10, seed=0),
     "synthetic_dcco_smoke": ExperimentConfig(
         method="dcco", dataset="synthetic", encoder="resnet14", width=0.5, projector=(32, 32, 32),
         rounds=2, num_clients=200, samples_per_client=1, alpha=0.0, clients_per_round=8,

@@ -7,6 +7,7 @@
   metrics.csv    step (or round), loss; federated runs add the periodic linear probe
   checkpoints/   tff.program state: the final encoder (centralized), the server state (federated)
   tensorboard/   federated runs' metrics
+  resources.csv  federated runs: wall time and resident memory per round (machine-dependent)
   results.json   linear-probe accuracy of the pretrained encoder and of the same encoder at random
                  initialization; written last and atomically, so its presence marks a finished run.
 

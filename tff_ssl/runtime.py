@@ -68,6 +68,18 @@ def worker_processes(parent: psutil.Process | None = None) -> list[psutil.Proces
   return found
 
 
+def resident_memory_mb() -> tuple[float, float]:
+  """Current resident memory (MB) of this process and of its TFF worker processes together."""
+  own = psutil.Process().memory_info().rss / 2**20
+  workers = 0.0
+  for w in worker_processes():
+    try:
+      workers += w.memory_info().rss / 2**20
+    except psutil.Error:
+      continue
+  return own, workers
+
+
 def stop_workers(timeout: float = 5.0) -> int:
   """Stops every TFF worker this process started; returns how many were running."""
   workers = worker_processes()

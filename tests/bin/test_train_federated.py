@@ -28,6 +28,23 @@ def test_fedavg_smoke(tmp_path):
   rows = (out / "metrics.csv").read_text().splitlines()
   assert rows[0].startswith("round") and len(rows) == 3
   assert os.listdir(out / "tensorboard") and os.listdir(out / "checkpoints")
+  resources = [r.split(",") for r in (out / "resources.csv").read_text().splitlines()]
+  assert resources[0] == ["round", "round_seconds", "rss_mb", "worker_rss_mb"] and len(resources) == 3
+  assert all(float(x) > 0 for row in resources[1:] for x in row[1:])
+
+
+def test_reference_and_grouped_simulation_give_the_same_losses(tmp_path):
+  procs = {mode: train(tmp_path / mode, "--rounds=2", "--clients_per_round=64",
+                       f"--simulation={mode}", "--group_size=24")
+           for mode in ("reference", "grouped")}
+  losses = {}
+  for mode, proc in procs.items():
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = (tmp_path / mode / "metrics.csv").read_text().splitlines()[1:]
+    losses[mode] = [float(r.split(",")[1]) for r in rows]
+  assert len(losses["grouped"]) == 2
+  for a, b in zip(losses["grouped"], losses["reference"]):
+    assert abs(a - b) <= 1e-3 * abs(b)
 
 
 def test_same_seed_same_metrics_and_resume_after_sigkill(tmp_path):
@@ -61,6 +78,8 @@ def test_same_seed_same_metrics_and_resume_after_sigkill(tmp_path):
      "200 clients x 20 samples = 4000 samples, but the dataset has only 2000"),
     (["--steps=5"], "--steps is not used by method 'dcco'"),
     (["--method=fedavg_cco", "--samples_per_client=1"], "needs >= 2 samples per client"),
+    (["--simulation=naive"], "value should be one of <grouped|reference>"),
+    (["--group_size=-1"], "group_size"),
 ])
 def test_bad_federated_input(tmp_path, args, message):
   out = tmp_path / "run"

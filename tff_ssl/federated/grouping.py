@@ -115,19 +115,26 @@ def field(data, name: str):
 def fold_clients(group, body: Callable, initial):
   """`acc = body(images_k, ids_k, acc)` for each real client k of `group`, in one `tf.while_loop`.
 
-  `initial` is a (nested) structure of tensors with fixed shapes; returns the final accumulator.
+  `initial` is a (nested) structure of tensors with fixed shapes; returns the final accumulator. The
+  loop is built inside a `tf.function`: in the TF1-style graph of a TFF computation, `tf.while_loop`
+  would otherwise keep every iteration's intermediates for a possible gradient of the loop (seen: the
+  TFF worker at 6.7 GB and minutes per round for 10 clients x 5 local steps).
   """
-  images, ids, sizes = field(group, "images"), field(group, "ids"), field(group, "sizes")
-  offsets = tf.cumsum(sizes, exclusive=True)
-  count = tf.shape(sizes)[0]
 
-  def step(k, acc):
-    start, n = offsets[k], sizes[k]
-    return k + 1, body(images[start:start + n], ids[start:start + n], acc)
+  @tf.function
+  def loop(images, ids, sizes, initial):
+    offsets = tf.cumsum(sizes, exclusive=True)
+    count = tf.shape(sizes)[0]
 
-  _, acc = tf.while_loop(lambda k, _: k < count, step, (tf.constant(0), initial),
-                         parallel_iterations=1)
-  return acc
+    def step(k, acc):
+      start, n = offsets[k], sizes[k]
+      return k + 1, body(images[start:start + n], ids[start:start + n], acc)
+
+    _, acc = tf.while_loop(lambda k, _: k < count, step, (tf.constant(0), initial),
+                           parallel_iterations=1)
+    return acc
+
+  return loop(field(group, "images"), field(group, "ids"), field(group, "sizes"), initial)
 
 
 class ClientWeighting:

@@ -2,7 +2,8 @@
 
 Program state (server state after each round) goes through `tff.program.FileProgramStateManager`
 (`<run>/checkpoints`); per-round metrics through `tff.program` release managers to `<run>/metrics.csv`
-and TensorBoard (`<run>/tensorboard`). A rerun with the same output folder and the same hyperparameters
+and TensorBoard (`<run>/tensorboard`); each round's wall time and resident memory (this process and the
+TFF worker) to `<run>/resources.csv`, kept apart because they vary between machines. A rerun with the same output folder and the same hyperparameters
 resumes after the latest checkpoint; since client sampling and augmentations are functions of
 (seed, round), the resumed run ends where the uninterrupted one would.
 """
@@ -21,7 +22,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import data as data_lib
-from tff_ssl import evaluation, models
+from tff_ssl import evaluation, models, runtime
 from tff_ssl import progress as progress_lib
 from tff_ssl.data.client_data import PartitionedClientData
 from tff_ssl.federated import common, grouping
@@ -121,6 +122,9 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   csv_release = tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"),
                                                   key_fieldname="round")
   tb_release = tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard"))
+  # Wall time and memory per round: machine-dependent, so apart from the reproducible metrics.csv.
+  resources_release = tff.program.CSVFileReleaseManager(os.path.join(output_dir, "resources.csv"),
+                                                        key_fieldname="round")
 
   state = process.initialize()
   loaded, version = asyncio.run(state_manager.load_latest(_state_to_program_state(state)))
@@ -133,6 +137,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   try:
     while state.round_num < config.rounds:
       r = state.round_num
+      round_start = time.perf_counter()
       ids = sample(r, config.clients_per_round)
       round_clients = []
       for cid in ids:
@@ -146,8 +151,13 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
         released["linear_probe_accuracy"] = np.float32(evaluation.linear_probe(
             keras_encoder(builder, state.weights), train, test, probe))
+      round_seconds = time.perf_counter() - round_start
       asyncio.run(csv_release.release(released, key=r))
       asyncio.run(tb_release.release(released, key=r))
+      own_mb, worker_mb = runtime.resident_memory_mb()
+      asyncio.run(resources_release.release(
+          {"round_seconds": np.float32(round_seconds), "rss_mb": np.float32(own_mb),
+           "worker_rss_mb": np.float32(worker_mb)}, key=r))
       if state.round_num % config.checkpoint_every == 0 or state.round_num == config.rounds:
         asyncio.run(state_manager.save(_state_to_program_state(state), version=state.round_num))
       bar.update(1)

@@ -93,17 +93,19 @@ def cco_loss(f: tf.Tensor, g: tf.Tensor, lambd: float = DEFAULT_LAMBDA,
              eps: float = DEFAULT_EPS) -> tf.Tensor:
   """Within-batch CCO loss of encodings `f`, `g` ([N, d]); needs N >= 2 (correlations of one sample
   are undefined)."""
-  f = tf.convert_to_tensor(f)
-  _check_batch_of_at_least_two(f, "CCO")
+  f = _check_batch_of_at_least_two(tf.convert_to_tensor(f), "CCO")
   return cco_loss_from_statistics(encoding_statistics(f, g), lambd, eps)
 
 
-def _check_batch_of_at_least_two(x: tf.Tensor, loss_name: str) -> None:
+def _check_batch_of_at_least_two(x: tf.Tensor, loss_name: str) -> tf.Tensor:
+  """`x`, checked to hold >= 2 rows: statically when the shape is known, else when it is computed."""
   message = (f"a within-batch {loss_name} loss needs at least 2 samples per batch; got {{}}. Clients "
              "with a single sample need DCCO (statistics aggregated across clients) instead")
   n = x.shape[0]
   if n is not None:
     if n < 2:
       raise ValueError(message.format(n))
-  elif not tf.executing_eagerly():
-    tf.debugging.assert_greater_equal(tf.shape(x)[0], 2, message=message.format("fewer"))
+    return x
+  check = tf.debugging.assert_greater_equal(tf.shape(x)[0], 2, message=message.format("fewer"))
+  with tf.control_dependencies([check] if check is not None else []):
+    return tf.identity(x)

@@ -21,7 +21,7 @@ def nt_xent_loss(z1: tf.Tensor, z2: tf.Tensor,
   z1 = tf.convert_to_tensor(z1)
   z2 = tf.convert_to_tensor(z2, dtype=z1.dtype)
   cco._check_encodings(z1, z2)  # pylint: disable=protected-access
-  cco._check_batch_of_at_least_two(z1, "NT-Xent")  # pylint: disable=protected-access
+  z1 = cco._check_batch_of_at_least_two(z1, "NT-Xent")  # pylint: disable=protected-access
   z = tf.math.l2_normalize(tf.concat([z1, z2], axis=0), axis=1)
   n = tf.shape(z1)[0]
   logits = tf.matmul(z, z, transpose_b=True) / temperature
