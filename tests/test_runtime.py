@@ -65,3 +65,8 @@ def test_stop_workers_in_this_process_is_idempotent():
   runtime.install()
   runtime.stop_workers()
   assert runtime.worker_processes() == []
+
+
+def test_slot_concurrency_limit_rejects_negative_values():
+  with pytest.raises(ValueError, match="must be >= 0"):
+    runtime.limit_concurrent_slots(-1)

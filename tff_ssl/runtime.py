@@ -97,6 +97,21 @@ def stop_workers(timeout: float = 5.0) -> int:
   return len(workers)
 
 
+def limit_concurrent_slots(limit: int) -> None:
+  """Runs at most `limit` TFF client slots of a computation at once (0: no limit, TFF's default).
+
+  With the grouped simulation, a slot's working memory is its group's activations; running the slots
+  of a round one after another (`limit=1`, with `group_size` dividing the round) bounds the worker's
+  memory by one group's instead of the round's. Installs a fresh local C++ execution context (TFF's
+  own, with its `max_concurrent_computation_calls`); call before the first computation runs.
+  """
+  if limit < 0:
+    raise ValueError(f"the slot concurrency limit must be >= 0 (0: no limit); got {limit}")
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  tff.backends.native.set_sync_local_cpp_execution_context(
+      max_concurrent_computation_calls=limit if limit > 0 else -1)
+
+
 def _at_exit() -> None:
   stop_workers()
   # TFF's ServiceManager.__del__ would now try to stop the (already stopped) worker while the
