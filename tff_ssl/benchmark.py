@@ -223,3 +223,62 @@ def format_table(rows: list[dict]) -> str:
                  f"{r['reference_ratio']:.2f} | {r['grouped_ratio']:.2f} | "
                  f"{r['peak_rss_python_mb']:.0f} / {r['peak_rss_worker_mb']:.0f} |")
   return "\n".join(lines)
+
+
+def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, *,
+                         repeats: int = 3) -> dict:
+  """Where a grouped DCCO round's time goes: each phase as a TFF computation vs the same TensorFlow
+  code as a `tf.function` in this process, a TFF round trip that only broadcasts the weights and
+  averages them back, and the server's optimizer step. Best of `repeats` after one untimed call."""
+  from tff_ssl.federated import dcco as dcco_lib, grouping  # pylint: disable=g-import-not-at-top
+  if scenario.method != "dcco":
+    raise ValueError(f"the profile is for DCCO scenarios; got {scenario.name}")
+  image_shape = images.shape[1:]
+  tf.keras.utils.set_random_seed(0)
+  model = FunctionalModel(model_builder)
+  process = _process(scenario, model, image_shape, Simulation())
+  state = process.initialize()
+  groups = grouping.pack(_round_clients(images, scenario, 0))
+  seed = common.round_seed(0, 0)
+
+  def best(fn):
+    fn()
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      fn()
+      times.append(time.perf_counter() - start)
+    return min(times)
+
+  stats = process.aggregate_statistics(state.weights, seed, groups)
+  weights = [tf.constant(w) for w in state.weights]
+  group = groups[0]
+
+  @tf.function
+  def phase1(w, x, ids, s):
+    v1, v2 = common.views({"images": x, "ids": ids}, s, AUGMENT)
+    return losses.encoding_statistics(*common.encode_views(model, w, v1, v2))
+
+  @tf.function
+  def phase2(w, x, ids, s, aggregate):
+    v1, v2 = common.views({"images": x, "ids": ids}, s, AUGMENT)
+    return dcco_lib._local_training(model, process.config, w, v1, v2, aggregate)  # pylint: disable=protected-access
+
+  aggregate = phase1(weights, group["images"], group["ids"], tf.constant(seed))
+  w_type = common.weights_type(model)
+
+  @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER))
+  def round_trip(w):
+    return tff.federated_mean(tff.federated_broadcast(w))
+
+  zero = [np.zeros_like(w) for w in state.weights]
+  return {
+      "phase1_tff_s": best(lambda: process.aggregate_statistics(state.weights, seed, groups)),
+      "phase1_tf_function_s": best(lambda: [t.numpy() for t in phase1(
+          weights, group["images"], group["ids"], tf.constant(seed))]),
+      "phase2_tff_s": best(lambda: process.aggregate_updates(state.weights, seed, stats, groups)),
+      "phase2_tf_function_s": best(lambda: phase2(
+          weights, group["images"], group["ids"], tf.constant(seed), aggregate)[1].numpy()),
+      "broadcast_and_mean_only_s": best(lambda: round_trip(state.weights)),
+      "server_step_s": best(lambda: process.finish_round(state, zero, 0.0, 1)),
+  }

@@ -17,9 +17,10 @@ def run(*args, timeout=300):
 def test_benchmark_writes_table_and_csv(tmp_path):
   out = tmp_path / "bench.csv"
   proc = run("--model=tiny", "--dataset=synthetic", "--scenarios=dcco_128x4",
-             "--rounds=1", "--warmup=1", f"--output_csv={out}")
+             "--rounds=1", "--warmup=1", "--profile", f"--output_csv={out}")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "| dcco_128x4 | 512 |" in proc.stdout
+  assert "profile dcco_128x4: phase1_tff_s" in proc.stdout
   rows = list(csv.DictReader(open(out)))
   assert len(rows) == 1 and rows[0]["scenario"] == "dcco_128x4"
   for key in ("reference_s", "grouped_s", "baseline_s", "peak_rss_python_mb", "peak_rss_worker_mb"):
