@@ -191,7 +191,7 @@ def test_client_momentum_matters_only_from_the_second_local_step(model):
   def round_weights(client_optimizer, steps):
     process = DCCOProcess(model, SHAPE, sgd, DCCOConfig(
         client_optimizer=client_optimizer, client_learning_rate=ETA, local_steps=steps,
-        augment=AUGMENT, seed=SEED))
+        augment=AUGMENT, seed=SEED), Simulation(mode="reference"))  # Client optimizer semantics.
     return process.next(process.initialize(), clients)[0].weights
 
   base = model.initial_weights
