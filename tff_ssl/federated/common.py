@@ -91,6 +91,27 @@ def client_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers
                                             momentum=0.9 if name == "sgdm" else None)
 
 
+def local_training(weights, steps: int, optimizer: str, learning_rate: float, loss_of):
+  """`steps` client optimizer steps from `weights` on `loss_of(current_weights, step)`.
+
+  Returns (Delta = weights - trained weights, the first step's loss): what a client sends back.
+  """
+  initial = list(weights)
+  current = list(weights)
+  local_opt = client_optimizer(optimizer, learning_rate)
+  opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
+  first_loss = None
+  for step in range(steps):
+    with tf.GradientTape() as tape:
+      tape.watch(current)
+      loss = loss_of(current, step)
+    grads = tape.gradient(loss, current)
+    opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
+    current = list(current)
+    first_loss = loss if first_loss is None else first_loss
+  return [a - b for a, b in zip(initial, current)], first_loss
+
+
 def check_client_training(local_steps: int, optimizer: str, learning_rate: float) -> None:
   """Validates the client-side training settings every process shares."""
   if local_steps < 1:

@@ -60,22 +60,15 @@ def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingSta
 
 def _local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate):
   """A client's local steps against the round's aggregate statistics: (Delta_k, first-step loss)."""
-  initial = list(weights)
-  current = list(weights)
-  local_opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
-  opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
-  first_loss = None
-  for _ in range(cfg.local_steps):
-    with tf.GradientTape() as tape:
-      tape.watch(current)
-      f, g = common.encode_views(model, current, v1, v2)
-      loss = losses.cco_loss_from_statistics(
-          _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
-    grads = tape.gradient(loss, current)
-    opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
-    current = list(current)
-    first_loss = loss if first_loss is None else first_loss
-  return [a - b for a, b in zip(initial, current)], first_loss
+
+  def loss_of(current, step):
+    del step  # The same views at every step.
+    f, g = common.encode_views(model, current, v1, v2)
+    return losses.cco_loss_from_statistics(
+        _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
+
+  return common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+                               cfg.client_learning_rate, loss_of)
 
 
 def _as_statistics(struct) -> losses.EncodingStatistics:

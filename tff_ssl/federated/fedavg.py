@@ -56,24 +56,15 @@ class FedAvgSSLConfig:
 
 
 def _local_training(model: FunctionalModel, cfg: FedAvgSSLConfig, loss_fn, weights, seed, data):
-  """A client's local steps on its own images: (Delta_k, first-step loss)."""
-  initial = list(weights)
-  current = list(weights)
-  local_opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
-  opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
-  first_loss = None
-  for step in range(cfg.local_steps):
+  """A client's local steps on its own images (new views at each step): (Delta_k, first-step loss)."""
+
+  def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
     v1, v2 = common.views(data, step_seed, cfg.augment)
-    with tf.GradientTape() as tape:
-      tape.watch(current)
-      f, g = common.encode_views(model, current, v1, v2)
-      loss = loss_fn(f, g)
-    grads = tape.gradient(loss, current)
-    opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
-    current = list(current)
-    first_loss = loss if first_loss is None else first_loss
-  return [a - b for a, b in zip(initial, current)], first_loss
+    return loss_fn(*common.encode_views(model, current, v1, v2))
+
+  return common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+                               cfg.client_learning_rate, loss_of)
 
 
 class FedAvgSSLProcess(common.ServerLoop):
@@ -116,21 +107,17 @@ class FedAvgSSLProcess(common.ServerLoop):
 
     def batched_group_update(weights, seed, data):
       # sum_k N_k Delta_k = eta grad(sum_k N_k L_k) for one (first) step of the client optimizer.
-      sizes = data.sizes
-      n = tf.cast(sizes, tf.float32)
-      total = tf.reduce_sum(n)
+      n = tf.cast(data.sizes, tf.float32)
       v1, v2 = common.views(data, seed, cfg.augment)
-      current = list(weights)
-      with tf.GradientTape() as tape:
-        tape.watch(current)
+
+      def mean_loss(current, step):
+        del step  # One step.
         f, g = common.encode_views(model, current, v1, v2)
-        client_losses = per_client_loss(f, g, sizes)
-        mean_loss = tf.reduce_sum(n * client_losses) / total
-      grads = tape.gradient(mean_loss, current)
-      local_opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
-      opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
-      _, trained = local_opt.next(opt_state, tuple(current), tuple(grads))
-      return [a - b for a, b in zip(current, trained)], total, mean_loss
+        return tf.reduce_sum(n * per_client_loss(f, g, data.sizes)) / tf.reduce_sum(n)
+
+      delta, loss = common.local_training(weights, 1, cfg.client_optimizer,
+                                          cfg.client_learning_rate, mean_loss)
+      return delta, tf.reduce_sum(n), loss
 
     def looped_group_update(weights, seed, data):
       def one_client(images, ids, acc):
