@@ -44,3 +44,18 @@ def get_task(name: str) -> ExperimentConfig:
   if name not in TASKS:
     raise ValueError(f"unknown task {name!r}; choose one of {sorted(TASKS)}")
   return TASKS[name]
+
+
+# Paper tables (`bin/reproduce --table=NAME --scale=SCALE`): name -> scale -> Table factory.
+from tasks import dcco_table1  # noqa: E402  pylint: disable=g-import-not-at-top
+
+TABLES = {dcco_table1.NAME: dcco_table1.SCALES}
+
+
+def get_table(name: str, scale: str):
+  """The `tff_ssl.tables.Table` `name` at `scale` ("mini" or "paper")."""
+  if name not in TABLES:
+    raise ValueError(f"unknown table {name!r}; choose one of {sorted(TABLES)}")
+  if scale not in TABLES[name]:
+    raise ValueError(f"table {name!r} has no scale {scale!r}; choose one of {sorted(TABLES[name])}")
+  return TABLES[name][scale]()

@@ -23,7 +23,7 @@ import json
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -76,6 +76,7 @@ class ExperimentConfig:
   download: bool = False
   encoder: str = "resnet14"
   width: float = 1.0
+  stem_stride: int = 1  # 2: the 3x3 stem halves 28-32 px inputs (a quarter of the compute).
   projector: tuple[int, ...] = (512, 512, 512)
   steps: int = 300
   batch_size: int = 256
@@ -102,6 +103,9 @@ class ExperimentConfig:
   # "reference": one real client per TFF slot (tff_ssl/federated/grouping.py).
   simulation: str = "grouped"
   group_size: int = 0  # Real clients per TFF slot in grouped mode; 0: the whole round in one slot.
+  # > 0: hold this stratified fraction of train out of pretraining and of the probe's labels, and
+  # report accuracy on it instead of on test (hyperparameter selection never sees the test split).
+  validation_fraction: float = 0.0
   eval_label_fraction: float = 0.1
   eval_steps: int = 500
   eval_learning_rate: float = 2.0
@@ -126,6 +130,8 @@ class ExperimentConfig:
     from tff_ssl.federated.grouping import MODES  # pylint: disable=g-import-not-at-top
     if self.simulation not in MODES:
       raise ValueError(f"unknown simulation {self.simulation!r}; choose one of {list(MODES)}")
+    if self.stem_stride not in (1, 2):
+      raise ValueError(f"stem_stride must be 1 or 2; got {self.stem_stride}")
     if self.group_size < 0:
       raise ValueError(f"group_size must be >= 0 (0: one slot per round); got {self.group_size}")
     if self.eval_every < 0:
@@ -143,6 +149,8 @@ class ExperimentConfig:
       raise ValueError(f"cco_lambda must be >= 0; got {self.cco_lambda}")
     if not 0 < self.crop_min_scale <= 1:
       raise ValueError(f"crop_min_scale must be in (0, 1]; got {self.crop_min_scale}")
+    if not 0 <= self.validation_fraction < 1:
+      raise ValueError(f"validation_fraction must be in [0, 1); got {self.validation_fraction}")
     if not 0 < self.eval_label_fraction <= 1:
       raise ValueError(f"eval_label_fraction must be in (0, 1]; got {self.eval_label_fraction}")
     if not self.projector or min(self.projector) < 1:
@@ -155,6 +163,11 @@ class ExperimentConfig:
     if stray:
       raise ValueError(f"--{stray[0]} is not used by method {self.method!r}; remove it (it is read "
                        f"by {[m for m, spec in METHODS.items() if stray[0] in spec.own_fields]})")
+
+  def build_encoder(self, image_shape) -> tf.keras.Model:
+    """A freshly initialized encoder of this config for images of `image_shape` (H, W, C)."""
+    return models.build_encoder(self.encoder, image_shape, width=self.width,
+                                small_input=image_shape[0] <= 64, stem_stride=self.stem_stride)
 
   def augment_config(self) -> data_lib.AugmentConfig:
     return data_lib.AugmentConfig(crop_scale=(self.crop_min_scale, 1.0), blur=self.blur)
@@ -188,25 +201,54 @@ def _write_atomic(path: str, text: str) -> None:
   os.replace(tmp, path)
 
 
-def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> dict[str, Any]:
+def load_splits(config: ExperimentConfig) -> tuple[data_lib.ImageSet, data_lib.ImageSet]:
+  """The (train, evaluation) splits of a run: (train, test), or with `validation_fraction` > 0,
+  (train minus a stratified held-out fraction, that held-out validation split)."""
+  train = data_lib.load(config.dataset, "train", data_dir=config.data_dir, download=config.download)
+  if not config.validation_fraction:
+    return train, data_lib.load(config.dataset, "test", data_dir=config.data_dir,
+                                download=config.download)
+  held = evaluation.labeled_subset(train.labels, config.validation_fraction, config.seed + 1)
+  rest = np.setdiff1d(np.arange(len(train)), held)
+  return train.subset(rest), train.subset(held)
+
+
+Evaluate = Callable[[tf.keras.Model, data_lib.ImageSet, data_lib.ImageSet], dict[str, Any]]
+
+
+def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
+        random_init_baseline: bool = True, evaluate: Evaluate | None = None) -> dict[str, Any]:
   """Pretrains and evaluates per `config`, writing the run folder `output_dir`; returns the results.
 
   All input is checked (data present, sizes feasible, folder not holding a finished run) before the
-  folder is created.
+  folder is created. `random_init_baseline`: also probe the encoder at its initialization.
+  `evaluate(encoder, train, test)`: further evaluations of the pretrained encoder, stored under
+  "evaluations" in results.json (which is written last, so a run interrupted while evaluating resumes).
   """
   results_path = os.path.join(output_dir, "results.json")
   if os.path.exists(results_path):
     raise RunExistsError(f"{output_dir} already holds a finished run (results.json); choose another "
                          f"--output_dir or delete it")
-  train = data_lib.load(config.dataset, "train", data_dir=config.data_dir, download=config.download)
-  test = data_lib.load(config.dataset, "test", data_dir=config.data_dir, download=config.download)
-  if METHODS[config.method].federated:
-    from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
-    results = runner.run_federated(config, train, test, output_dir, progress=progress)
-    _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
-    return results
+  train, test = load_splits(config)
   if config.method == "supervised":
     return _run_supervised(config, train, test, output_dir, results_path)
+  if METHODS[config.method].federated:
+    from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
+    results, encoder = runner.run_federated(config, train, test, output_dir, progress=progress,
+                                            random_init_baseline=random_init_baseline)
+  else:
+    results, encoder = _run_centralized(config, train, test, output_dir, progress,
+                                        random_init_baseline)
+  if evaluate is not None:
+    start = time.perf_counter()
+    results["evaluations"] = evaluate(encoder, train, test)
+    results["evaluation_seconds"] = round(time.perf_counter() - start, 1)
+  _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  return results
+
+
+def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, progress: bool,
+                     random_init_baseline: bool) -> tuple[dict[str, Any], tf.keras.Model]:
   if config.batch_size > len(train):
     raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
                      f"{config.dataset}")
@@ -215,22 +257,27 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> 
                 json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n")
 
   tf.keras.utils.set_random_seed(config.seed)
-  model = models.build_ssl_model(config.encoder, train.image_shape, config.projector,
-                                 width=config.width, small_input=train.image_shape[0] <= 64)
+  encoder = config.build_encoder(train.image_shape)
+  model = models.SSLModel(encoder, models.build_mlp_head(encoder.output_shape[-1], config.projector,
+                                                         name="projector"))
   probe = config.probe_config()
   start = time.perf_counter()
-  random_acc = evaluation.linear_probe(model.encoder, train, test, probe)
+  random_acc = (evaluation.linear_probe(model.encoder, train, test, probe)
+                if random_init_baseline else None)
 
   metrics_path = os.path.join(output_dir, "metrics.csv")
   with open(metrics_path, "w") as metrics, progress_lib.bar(
       config.steps, desc="pretraining", unit="step", enabled=progress) as bar:
-    metrics.write("step,loss\n")
+    metrics.write("step,loss,linear_probe_accuracy\n")
 
     def on_step(step, loss):
       bar.update(1)
-      if step % config.log_every == 0 or step == config.steps - 1:
+      probed = (config.eval_every and (step + 1) % config.eval_every == 0 and
+                step + 1 < config.steps)
+      if probed or step % config.log_every == 0 or step == config.steps - 1:
         bar.set_postfix(loss=f"{loss:.2f}")
-        metrics.write(f"{step},{loss:.6g}\n")
+        acc = f"{evaluation.linear_probe(model.encoder, train, test, probe):.6g}" if probed else ""
+        metrics.write(f"{step},{loss:.6g},{acc}\n")
         metrics.flush()
 
     history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step)
@@ -243,11 +290,11 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True) -> 
       "final_loss": history[-1],
       "linear_probe_label_fraction": config.eval_label_fraction,
       "linear_probe_accuracy_pretrained": pretrained_acc,
-      "linear_probe_accuracy_random_init": random_acc,
       "seconds": round(time.perf_counter() - start, 1),
   }
-  _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
-  return results
+  if random_acc is not None:
+    results["linear_probe_accuracy_random_init"] = random_acc
+  return results, model.encoder
 
 
 def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
@@ -257,8 +304,7 @@ def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
                 json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n")
   start = time.perf_counter()
   acc = evaluation.supervised_from_scratch(
-      lambda: models.build_encoder(config.encoder, train.image_shape, width=config.width,
-                                   small_input=train.image_shape[0] <= 64),
+      lambda: config.build_encoder(train.image_shape),
       train, test, evaluation.FineTuneConfig(
           label_fraction=config.eval_label_fraction, steps=config.steps,
           batch_size=config.batch_size, optimizer=config.optimizer,
@@ -298,8 +344,7 @@ def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
     from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
     return config, runner.load_encoder(config, train_shape, manager)
   tf.keras.utils.set_random_seed(config.seed)
-  encoder = models.build_encoder(config.encoder, train_shape, width=config.width,
-                                 small_input=train_shape[0] <= 64)
+  encoder = config.build_encoder(train_shape)
   state, _ = asyncio.run(manager.load_latest({"encoder_weights": encoder.get_weights()}))
   if state is None:
     raise ValueError(f"{run_dir} has no checkpoint yet (the run has not finished); run bin/train "

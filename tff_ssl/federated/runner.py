@@ -33,8 +33,7 @@ from tff_ssl.federated.functional import FunctionalModel
 
 def _ssl_keras_builder(config, image_shape):
   def build():
-    enc = models.build_encoder(config.encoder, image_shape, width=config.width,
-                               small_input=image_shape[0] <= 64)
+    enc = config.build_encoder(image_shape)
     proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector")
     x = tf.keras.Input(image_shape, name="images")
     return tf.keras.Model(x, proj(enc(x)), name="ssl_model")
@@ -91,8 +90,9 @@ def _program_state_to_state(value) -> common.ServerState:
 
 
 def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, output_dir: str, *,
-                  progress: bool) -> dict[str, Any]:
-  """Runs (or resumes) federated pretraining per `config`; returns the results dictionary."""
+                  progress: bool, random_init_baseline: bool = True
+                  ) -> tuple[dict[str, Any], tf.keras.Model]:
+  """Runs (or resumes) federated pretraining per `config`; returns the results and the encoder."""
   partition = data_lib.dirichlet_partition(
       train.labels, num_clients=config.num_clients, samples_per_client=config.samples_per_client,
       alpha=config.alpha, seed=config.seed)  # Raises ValueError before anything is written.
@@ -164,20 +164,20 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       bar.set_postfix(loss=f"{metrics['loss']:.2f}")
   finally:
     bar.close()
-  pretrained_acc = evaluation.linear_probe(keras_encoder(builder, state.weights), train, test, probe)
-  random_acc = evaluation.linear_probe(keras_encoder(builder, model.initial_weights), train, test,
-                                       probe)
-  last = _read_last_loss(os.path.join(output_dir, "metrics.csv"))
-  return {
+  encoder = keras_encoder(builder, state.weights)
+  results = {
       "method": config.method,
       "dataset": config.dataset,
       "rounds": config.rounds,
-      "final_loss": last,
+      "final_loss": _read_last_loss(os.path.join(output_dir, "metrics.csv")),
       "linear_probe_label_fraction": config.eval_label_fraction,
-      "linear_probe_accuracy_pretrained": pretrained_acc,
-      "linear_probe_accuracy_random_init": random_acc,
-      "seconds": round(time.perf_counter() - start, 1),
+      "linear_probe_accuracy_pretrained": evaluation.linear_probe(encoder, train, test, probe),
   }
+  if random_init_baseline:
+    results["linear_probe_accuracy_random_init"] = evaluation.linear_probe(
+        keras_encoder(builder, model.initial_weights), train, test, probe)
+  results["seconds"] = round(time.perf_counter() - start, 1)
+  return results, encoder
 
 
 def load_encoder(config, image_shape, manager) -> tf.keras.Model:

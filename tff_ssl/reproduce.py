@@ -1,0 +1,246 @@
+"""Runs a paper table (`tff_ssl.tables.Table`) cell by cell and writes it beside the paper's numbers.
+
+`reproduce(table, output_dir)` fills `output_dir`:
+
+  selection.json      learning rates chosen on the validation split (pilot runs in selection/)
+  cells/ROW/COLUMN/   one `bin/train`-style run folder per cell (hparams, metrics, checkpoints, results)
+  random_init.json    the primary linear probe of the encoder at its initialization (curves' round 0)
+  table.md, table.csv our numbers beside the paper's; curves.png: linear-probe accuracy over rounds
+  timing.json         seconds per cell and for the whole table
+
+Resumable: a cell whose results.json (or failed.json) exists is skipped; an interrupted federated cell
+resumes from its latest checkpoint (a centralized cell restarts). A run whose loss diverges is recorded
+as failed (the paper's FAILED) rather than stopping the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tff_ssl import evaluation, experiment
+from tff_ssl import progress as progress_lib
+from tff_ssl.tables import FAILED, Column, Row, Table
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One run of the table: a row in a column (federated), the whole row, or a label fraction."""
+
+  row: Row
+  column: Column | None = None
+  label_fraction: float | None = None  # The supervised row's cells.
+
+  @property
+  def path(self) -> str:
+    if self.column is not None:
+      part = self.column.key
+    elif self.label_fraction is not None:
+      part = f"labels_{self.label_fraction:g}"
+    else:
+      part = "all"
+    return os.path.join("cells", self.row.key, part)
+
+
+def cells(table: Table) -> tuple[list[Cell], dict[tuple[str, str], str]]:
+  """The cells to run, and (row, column) -> reason for the cells that are not run."""
+  todo, skipped = [], {}
+  for row in table.rows:
+    if row.supervised:
+      for fraction in sorted({e.label_fraction for e in table.evaluations}, reverse=True):
+        todo.append(Cell(row, label_fraction=fraction))
+    elif row.federated:
+      for column in table.columns:
+        reason = row.skip_reason(column)
+        if reason:
+          skipped[(row.key, column.key)] = reason
+        else:
+          todo.append(Cell(row, column))
+    else:
+      todo.append(Cell(row))
+  return todo, skipped
+
+
+def _read_json(path: str) -> Any:
+  with open(path) as f:
+    return json.load(f)
+
+
+def _write_json(path: str, value: Any) -> None:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  experiment._write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")  # pylint: disable=protected-access
+
+
+def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
+  """results.json of the run in `run_dir` (running it unless finished), or {"failed": reason}."""
+  done, failed = os.path.join(run_dir, "results.json"), os.path.join(run_dir, "failed.json")
+  if os.path.exists(done):
+    return _read_json(done)
+  if os.path.exists(failed):
+    return _read_json(failed)
+  try:
+    return experiment.run(config, run_dir, **kwargs)
+  except FloatingPointError as e:  # A diverged run is a result (the paper's FAILED), not a crash.
+    result = {"failed": str(e)}
+    _write_json(failed, result)
+    return result
+
+
+def _evaluations(table: Table, config) -> Callable:
+  """The table's evaluations other than the cell's own primary linear probe."""
+  def evaluate(encoder, train, test) -> dict[str, float]:
+    out = {}
+    for e in table.evaluations[1:]:
+      if e.linear:
+        out[e.key] = evaluation.linear_probe(encoder, train, test, e.protocol)
+      else:
+        out[e.key] = evaluation.fine_tune(encoder, train, test, e.protocol)
+    return out
+  return evaluate
+
+
+def _score(result: dict[str, Any]) -> float:
+  return -1.0 if "failed" in result else float(result["linear_probe_accuracy_pretrained"])
+
+
+class _Plan:
+  """Counts the runs ahead for the grid-wide progress bar."""
+
+  def __init__(self, table: Table, todo: list[Cell]):
+    self.pilots = [(row, lr) for row in table.rows for lr in row.learning_rates
+                   if len(row.learning_rates) > 1]
+    self.total = len(self.pilots) + len(todo) + 1  # + the random-init probe.
+
+
+def select_learning_rates(table: Table, output_dir: str, bar, progress: bool) -> dict[str, Any]:
+  """Pilot runs of every row with several candidate learning rates; the best on validation wins."""
+  path = os.path.join(output_dir, "selection.json")
+  choices: dict[str, Any] = _read_json(path) if os.path.exists(path) else {}
+  rows = [r for r in table.rows if len(r.learning_rates) > 1]
+  if not rows:
+    return choices
+  pilot_train, _ = experiment.load_splits(dataclasses.replace(
+      rows[0].config, validation_fraction=table.validation_fraction))
+  for row in rows:
+    scores = {}
+    for lr in row.learning_rates:
+      bar.set_description(f"selection {row.key} lr={lr:g}")
+      config = table.pilot_config(row, lr, len(pilot_train))
+      result = _run_or_fail(config, os.path.join(output_dir, "selection", row.key, f"lr_{lr:g}"),
+                            progress=progress, random_init_baseline=False)
+      scores[f"{lr:g}"] = _score(result)
+      bar.update(1)
+    best = max(row.learning_rates, key=lambda lr: scores[f"{lr:g}"])  # Ties: the first listed.
+    choices[row.key] = {
+        "learning_rate": best, "field": row.lr_field, "validation_linear_probe": scores,
+        "pilot_length": getattr(config, "rounds" if row.federated else "steps"),
+        "column": table.selection_column if row.federated else None,
+        "validation_fraction": table.validation_fraction}
+    _write_json(path, choices)
+  return choices
+
+
+def random_init_accuracy(table: Table, output_dir: str) -> float:
+  """The primary linear probe of the table's encoder at initialization (shared by every row)."""
+  path = os.path.join(output_dir, "random_init.json")
+  if os.path.exists(path):
+    return _read_json(path)["linear_probe_accuracy"]
+  config = table.cell_config(next(r for r in table.rows if not r.supervised), None)
+  train, test = experiment.load_splits(config)
+  tf.keras.utils.set_random_seed(config.seed)
+  encoder = config.build_encoder(train.image_shape)
+  acc = evaluation.linear_probe(encoder, train, test, table.evaluations[0].protocol)
+  _write_json(path, {"linear_probe_accuracy": acc})
+  return acc
+
+
+def reproduce(table: Table, output_dir: str, *, progress: bool = True,
+              log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
+  """Runs every cell of `table` not yet finished in `output_dir`; writes the table; returns results."""
+  start = time.perf_counter()
+  todo, skipped = cells(table)
+  plan = _Plan(table, todo)
+  os.makedirs(output_dir, exist_ok=True)
+  timing_path = os.path.join(output_dir, "timing.json")
+  timing = _read_json(timing_path) if os.path.exists(timing_path) else {"cells": {}}
+  results: dict[str, dict[str, Any]] = {}
+  with progress_lib.bar(plan.total, desc="table", unit="run", enabled=progress) as bar:
+    choices = select_learning_rates(table, output_dir, bar, progress)
+    bar.set_description("random init")
+    random_acc = random_init_accuracy(table, output_dir)
+    bar.update(1)
+    num_train = None
+    for cell in todo:
+      bar.set_description(cell.path.removeprefix("cells/"))
+      if cell.row.supervised:
+        if num_train is None:
+          num_train = len(experiment.load_splits(cell.row.config)[0])
+        config = table.supervised_config(cell.row, cell.label_fraction, num_train)
+        kwargs = {}
+      else:
+        lr = choices.get(cell.row.key, {}).get("learning_rate")
+        config = table.cell_config(cell.row, cell.column, lr)
+        kwargs = dict(random_init_baseline=False, evaluate=_evaluations(table, config))
+      cell_start = time.perf_counter()
+      run_dir = os.path.join(output_dir, cell.path)
+      finished = any(os.path.exists(os.path.join(run_dir, f)) for f in ("results.json",
+                                                                        "failed.json"))
+      results[cell.path] = _run_or_fail(config, run_dir, progress=progress, **kwargs)
+      if not finished:
+        timing["cells"][cell.path] = round(time.perf_counter() - cell_start, 1)
+        _write_json(timing_path, timing)
+        log(f"{cell.path}: {_summary(results[cell.path])} "
+            f"({timing['cells'][cell.path]:.0f} s)")
+      tf.keras.backend.clear_session()
+      bar.update(1)
+  timing["last_invocation_seconds"] = round(time.perf_counter() - start, 1)
+  timing["cells_total_seconds"] = round(sum(timing["cells"].values()), 1)
+  _write_json(timing_path, timing)
+  from tff_ssl import table_report  # pylint: disable=g-import-not-at-top
+  return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing)
+
+
+def _summary(result: dict[str, Any]) -> str:
+  if "failed" in result:
+    return f"{FAILED}: {result['failed']}"
+  if "supervised_accuracy" in result:
+    return f"supervised {result['supervised_accuracy']:.4f}"
+  return f"linear probe {result['linear_probe_accuracy_pretrained']:.4f}"
+
+
+def cell_accuracy(table: Table, cell: Cell, result: dict[str, Any], evaluation_key: str
+                  ) -> float | str:
+  """The cell's number for one evaluation: a fraction in [0, 1], or FAILED."""
+  if "failed" in result:
+    return FAILED
+  if evaluation_key == table.evaluations[0].key:
+    return float(result["linear_probe_accuracy_pretrained"])
+  return float(result["evaluations"][evaluation_key])
+
+
+def curve(run_dir: str, result: dict[str, Any], length: int, random_acc: float
+          ) -> tuple[np.ndarray, np.ndarray]:
+  """(rounds, linear-probe accuracy) of a run: round 0 at initialization, the periodic probes of
+  metrics.csv, the final probe."""
+  xs, ys = [0], [random_acc]
+  path = os.path.join(run_dir, "metrics.csv")
+  if os.path.exists(path):
+    with open(path) as f:
+      header = f.readline().strip().split(",")
+      if "linear_probe_accuracy" in header:
+        col = header.index("linear_probe_accuracy")
+        for line in f:
+          parts = line.strip().split(",")
+          if len(parts) > col and parts[col]:
+            xs.append(int(parts[0]) + 1)
+            ys.append(float(parts[col]))
+  if "linear_probe_accuracy_pretrained" in result:
+    xs.append(length)
+    ys.append(float(result["linear_probe_accuracy_pretrained"]))
+  return np.asarray(xs), np.asarray(ys)

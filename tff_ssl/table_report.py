@@ -1,0 +1,229 @@
+"""Renders a reproduced table: table.md (ours beside the paper's), table.csv, curves.png."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from typing import Any
+
+from tff_ssl import experiment
+from tff_ssl.tables import FAILED, Table
+
+CSV_FIELDS = ("evaluation", "row", "column", "group", "total_clients", "samples_per_client",
+              "clients_per_round", "ours", "paper", "status", "learning_rate")
+
+
+def _fmt(value) -> str:
+  if value is None:
+    return ""
+  if isinstance(value, str):
+    return value
+  return f"{100 * value:.1f}"
+
+
+def _paper(value) -> str:
+  return "" if value is None else (value if isinstance(value, str) else f"{value:.1f}")
+
+
+def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
+  """One record per (evaluation, row, column) of the grid, with ours, the paper's and a status."""
+  from tff_ssl.reproduce import cell_accuracy  # pylint: disable=g-import-not-at-top
+  by_key = {(c.row.key, c.column.key if c.column else None, c.label_fraction): c for c in todo}
+  records = []
+  for e in table.evaluations:
+    for row in table.rows:
+      targets = table.columns if row.federated else (None,)
+      for column in targets:
+        ckey = column.key if column else ""
+        rec = {"evaluation": e.key, "row": row.key, "column": ckey,
+               "group": column.group if column else "", "total_clients":
+               column.num_clients if column else "", "samples_per_client":
+               column.samples_per_client if column else "", "clients_per_round":
+               column.clients_per_round if column else "",
+               "paper": table.paper.get((e.key, row.key, ckey)), "ours": None, "status": "",
+               "learning_rate": ""}
+        if row.federated and (row.key, ckey) in skipped:
+          rec["status"] = "not run: " + skipped[(row.key, ckey)]
+          records.append(rec)
+          continue
+        cell = by_key.get((row.key, ckey or None, e.label_fraction if row.supervised else None))
+        result = results.get(cell.path) if cell else None
+        if result is None:
+          rec["status"] = "not run yet"
+        elif row.supervised:
+          rec["ours"], rec["status"] = float(result["supervised_accuracy"]), "ok"
+        else:
+          value = cell_accuracy(table, cell, result, e.key)
+          rec["ours"] = None if value == FAILED else value
+          rec["status"] = "ok" if value != FAILED else f"{FAILED}: {result['failed']}"
+        records.append(rec)
+  return records
+
+
+def _markdown(table: Table, records, choices, random_acc, timing) -> str:
+  out = io.StringIO()
+  w = out.write
+  w(f"# {table.title} — `{table.name}`, scale `{table.scale}`\n\n")
+  w("Each cell: **ours** (paper). Top-1 test accuracy in percent.\n\n")
+  groups = []
+  for c in table.columns:
+    if not groups or groups[-1][0] != c.group:
+      groups.append((c.group, []))
+    groups[-1][1].append(c)
+  header = ["", *[f"{g} {c.label}" for g, cs in groups for c in cs]]
+  by = {(r["evaluation"], r["row"], r["column"]): r for r in records}
+  for e in table.evaluations:
+    w(f"## {e.name}\n\n")
+    w("| total clients / samples per client / clients per round | " +
+      " | ".join(header[1:]) + " |\n")
+    w("|---" * len(header) + "|\n")
+    for row in table.rows:
+      cells = []
+      if row.federated:
+        for c in table.columns:
+          rec = by[(e.key, row.key, c.key)]
+          cells.append(_cell_text(rec))
+      else:
+        rec = by[(e.key, row.key, "")]
+        cells = [_cell_text(rec)] + [""] * (len(table.columns) - 1)
+      w(f"| {row.name} | " + " | ".join(cells) + " |\n")
+    w("\n")
+  w(f"Linear probe of the encoder at random initialization: {_fmt(random_acc)}.\n\n")
+  w("## Learning rates\n\n")
+  if choices:
+    w("Chosen per row on a validation split held out of the training data (never the test split); "
+      "pilot runs of a fraction of the row's length:\n\n")
+    w("| row | chosen | validation linear probe per candidate | pilot length | column |\n")
+    w("|---|---|---|---|---|\n")
+    for row in table.rows:
+      if row.key in choices:
+        ch = choices[row.key]
+        scores = ", ".join(f"{lr}: {_fmt(s) if s >= 0 else FAILED}"
+                           for lr, s in ch["validation_linear_probe"].items())
+        w(f"| {row.name} | {ch['field']} = {ch['learning_rate']:g} | {scores} | "
+          f"{ch['pilot_length']} | {ch['column'] or '—'} |\n")
+    w("\n")
+  others = [r for r in table.rows if r.key not in choices]
+  for row in others:
+    lr = row.config.learning_rate if not row.federated else row.config.server_learning_rate
+    w(f"- {row.name}: fixed learning rate {lr:g}.\n")
+  notes = sorted({r["status"] for r in records if r["status"] not in ("ok", "")})
+  if notes or table.notes:
+    w("\n## Notes\n\n")
+    for n in table.notes:
+      w(f"- {n}\n")
+    for n in notes:
+      w(f"- {n}\n")
+  w("\n## Checks\n\n")
+  for line in checks(table, records):
+    w(f"- {line}\n")
+  w(f"\nRun time: {timing.get('cells_total_seconds', 0) / 60:.1f} min of cell runs "
+    f"(this invocation {timing.get('last_invocation_seconds', 0) / 60:.1f} min).\n")
+  return out.getvalue()
+
+
+def _cell_text(rec) -> str:
+  paper = _paper(rec["paper"])
+  paper = f" ({paper})" if paper else ""
+  if rec["status"].startswith("not run:"):
+    return f"—{paper}"
+  if rec["status"].startswith(FAILED):
+    return f"**failed**{paper}"
+  if rec["ours"] is None:
+    return f"…{paper}"
+  return f"**{_fmt(rec['ours'])}**{paper}"
+
+
+def checks(table: Table, records) -> list[str]:
+  """The paper's claims on this grid, checked on our numbers (non-IID columns, primary probe)."""
+  e = table.evaluations[0].key
+  val = {(r["row"], r["column"]): r["ours"] for r in records if r["evaluation"] == e}
+  rows = {r.key: r for r in table.rows}
+  lines = []
+  dcco = [k for k, r in rows.items() if r.config.method == "dcco"]
+  fedavg = [k for k, r in rows.items() if r.config.method.startswith("fedavg")]
+  central = [k for k, r in rows.items() if r.config.method == "centralized_cco"]
+  for c in table.columns:
+    if c.group != "non-IID" or not dcco:
+      continue
+    d = val.get((dcco[0], c.key))
+    if d is None:
+      continue
+    rivals = [(rows[k].name, val.get((k, c.key))) for k in fedavg if val.get((k, c.key)) is not None]
+    if rivals:
+      beaten = all(d > v for _, v in rivals)
+      lines.append(f"non-IID {c.label}: DCCO {_fmt(d)} vs " + ", ".join(
+          f"{n} {_fmt(v)}" for n, v in rivals) + (" — DCCO beats both" if beaten else
+                                                  " — **DCCO does not beat every FedAvg variant**"))
+    if c.samples_per_client == 1 and central and val.get((central[0], "")) is not None:
+      gap = 100 * (val[(central[0], "")] - d)
+      lines.append(f"non-IID {c.label}: centralized CCO − DCCO = {gap:+.1f} points "
+                   f"({'within' if abs(gap) <= 3 else '**outside**'} 3)")
+  return lines
+
+
+def plot(table: Table, output_dir: str, todo, results, random_acc) -> str:
+  """curves.png: linear-probe accuracy over rounds, one panel per column, one line per method."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  from tff_ssl.reproduce import curve  # pylint: disable=g-import-not-at-top
+  n = len(table.columns)
+  cols = min(4, n)
+  nrows = (n + cols - 1) // cols
+  fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols, 3.2 * nrows), squeeze=False,
+                           sharey=True)
+  colors = {r.key: f"C{i}" for i, r in enumerate(table.rows)}
+  for ax, column in zip(axes.flat, table.columns):
+    for cell in todo:
+      if cell.row.supervised or (cell.column is not None and cell.column.key != column.key):
+        continue
+      result = results.get(cell.path)
+      if not result or "failed" in result:
+        continue
+      config = cell.row.config
+      length = config.rounds if cell.row.federated else config.steps
+      xs, ys = curve(os.path.join(output_dir, cell.path), result, length, random_acc)
+      ax.plot(xs, 100 * ys, marker="o", ms=3, color=colors[cell.row.key],
+              ls="-" if cell.row.federated else "--", label=cell.row.name)
+    ax.set_title(f"{column.group} {column.label}", fontsize=9)
+    ax.set_xlabel("round (centralized: step)")
+    ax.grid(alpha=0.3)
+  for ax in axes.flat[n:]:
+    ax.axis("off")
+  axes[0][0].set_ylabel(f"linear probe, % ({table.evaluations[0].name})", fontsize=8)
+  handles, labels = {}, {}
+  for ax in axes.flat:
+    for h, l in zip(*ax.get_legend_handles_labels()):
+      handles.setdefault(l, h)
+  fig.legend(list(handles.values()), list(handles.keys()), loc="lower right", fontsize=8)
+  fig.suptitle(f"{table.title} ({table.scale})", fontsize=10)
+  fig.tight_layout()
+  path = os.path.join(output_dir, "curves.png")
+  tmp = os.path.join(output_dir, ".tmp-curves.png")
+  fig.savefig(tmp, dpi=110)
+  plt.close(fig)
+  os.replace(tmp, path)
+  return path
+
+
+def write(table: Table, output_dir: str, todo, skipped, results, choices, random_acc, timing
+          ) -> dict[str, Any]:
+  records = collect(table, todo, skipped, results)
+  for rec in records:
+    row = table.row(rec["row"])
+    if row.key in choices:
+      rec["learning_rate"] = f"{choices[row.key]['learning_rate']:g}"
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+  writer.writeheader()
+  for rec in records:
+    writer.writerow({**rec, "ours": "" if rec["ours"] is None else f"{100 * rec['ours']:.2f}",
+                     "paper": "" if rec["paper"] is None else rec["paper"]})
+  experiment._write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())  # pylint: disable=protected-access
+  md = _markdown(table, records, choices, random_acc, timing)
+  experiment._write_atomic(os.path.join(output_dir, "table.md"), md)  # pylint: disable=protected-access
+  png = plot(table, output_dir, todo, results, random_acc)
+  return {"records": records, "table_md": os.path.join(output_dir, "table.md"),
+          "table_csv": os.path.join(output_dir, "table.csv"), "curves_png": png}

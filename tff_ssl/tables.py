@@ -1,0 +1,178 @@
+"""Paper tables as data: rows (methods), columns (client partitions), evaluations, the paper's numbers.
+
+A `Table` is a grid of cells; `tff_ssl.reproduce` runs them and renders `table.md` / `table.csv` /
+`curves.png`. Every cell is an `ExperimentConfig` derived from the table, so a cell is also a plain
+`bin/train` run. Tables live in `tasks/` at two scales of the same grid (`mini`: CPU, `paper`: GPU).
+
+  Row       a method (`ExperimentConfig` with its method-specific fields); federated rows have one cell
+            per column, centralized rows one cell for the whole row, the supervised row one cell per
+            label fraction. `learning_rates`: candidates chosen on a validation split held out of the
+            training data (pilot runs on the table's selection column), never on the test split.
+  Column    a partition of the training split: total clients / samples per client / clients per round,
+            Dirichlet alpha (0: one class per client; 1000: IID).
+  Evaluation a protocol on the pretrained encoder: linear probe or full fine-tuning on a label fraction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Union
+
+from tff_ssl import evaluation
+from tff_ssl.experiment import METHODS, ExperimentConfig
+
+FAILED = "FAILED"  # The paper's entry for a run that trained unstably.
+# Why a cell is not run: the rule and its one-line reason.
+WITHIN_CLIENT_NEEDS_TWO = ("within-client loss needs >= 2 samples per client "
+                           "(the paper leaves this cell empty for the same reason)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  key: str
+  group: str  # "non-IID" or "IID".
+  num_clients: int
+  samples_per_client: int
+  clients_per_round: int
+  alpha: float
+
+  @property
+  def label(self) -> str:
+    return f"{self.num_clients:,} / {self.samples_per_client} / {self.clients_per_round}"
+
+  @property
+  def global_batch(self) -> int:
+    return self.samples_per_client * self.clients_per_round
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  key: str
+  name: str
+  config: ExperimentConfig
+  learning_rates: tuple[float, ...] = ()  # > 1 candidates: chosen on the validation split.
+
+  @property
+  def federated(self) -> bool:
+    return METHODS[self.config.method].federated
+
+  @property
+  def supervised(self) -> bool:
+    return self.config.method == "supervised"
+
+  @property
+  def lr_field(self) -> str:
+    return "server_learning_rate" if self.federated else "learning_rate"
+
+  def skip_reason(self, column: Column) -> str | None:
+    """Why this row has no result in `column` (None: it runs)."""
+    if (self.federated and METHODS[self.config.method].process == "fedavg" and
+        column.samples_per_client < 2):
+      return WITHIN_CLIENT_NEEDS_TWO
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluation:
+  key: str
+  name: str
+  protocol: Union[evaluation.LinearProbeConfig, evaluation.FineTuneConfig]
+
+  @property
+  def label_fraction(self) -> float:
+    return self.protocol.label_fraction
+
+  @property
+  def linear(self) -> bool:
+    return isinstance(self.protocol, evaluation.LinearProbeConfig)
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+  """One paper table at one scale. `paper[(evaluation, row, column)]`: the published number (percent)
+  or FAILED; rows without columns use column "". """
+
+  name: str
+  scale: str
+  title: str
+  rows: tuple[Row, ...]
+  columns: tuple[Column, ...]
+  evaluations: tuple[Evaluation, ...]  # The first is the linear probe the curves and cells report.
+  paper: Mapping[tuple[str, str, str], Union[float, str]]
+  curve_every: int  # Rounds (steps) between linear probes for curves.png.
+  selection_column: str  # Where learning-rate pilots of federated rows run.
+  supervised_epochs: float  # Length of the supervised-from-scratch row on each label fraction.
+  validation_fraction: float = 0.1
+  pilot_fraction: float = 0.25  # Pilot length as a fraction of the row's rounds (steps).
+  notes: tuple[str, ...] = ()
+  max_rounds: int = 0  # > 0: a capped smoke run of the grid (see `capped`).
+
+  def __post_init__(self):
+    keys = [r.key for r in self.rows]
+    if len(set(keys)) != len(keys):
+      raise ValueError(f"table {self.name}: duplicate row keys {keys}")
+    if self.selection_column not in {c.key for c in self.columns}:
+      raise ValueError(f"table {self.name}: selection column {self.selection_column!r} is not one of "
+                       f"{[c.key for c in self.columns]}")
+    first = self.evaluations[0].protocol
+    if not isinstance(first, evaluation.LinearProbeConfig):
+      raise ValueError(f"table {self.name}: the first evaluation must be the linear probe")
+
+  def row(self, key: str) -> Row:
+    return next(r for r in self.rows if r.key == key)
+
+  def column(self, key: str) -> Column:
+    return next(c for c in self.columns if c.key == key)
+
+  def cell_config(self, row: Row, column: Column | None, learning_rate: float | None = None
+                  ) -> ExperimentConfig:
+    """The run of `row` in `column` (None for rows without columns), reporting the primary probe."""
+    probe = self.evaluations[0].protocol
+    fields = dict(eval_label_fraction=probe.label_fraction, eval_steps=probe.steps,
+                  eval_learning_rate=probe.learning_rate, eval_every=self.curve_every)
+    if column is not None:
+      fields.update(num_clients=column.num_clients, samples_per_client=column.samples_per_client,
+                    clients_per_round=column.clients_per_round, alpha=column.alpha)
+    if learning_rate is not None:
+      fields[row.lr_field] = learning_rate
+    return dataclasses.replace(row.config, **fields)
+
+  def pilot_config(self, row: Row, learning_rate: float, num_pilot_train: int) -> ExperimentConfig:
+    """A shortened run of `row` at `learning_rate` on train minus the validation split, scored on it.
+
+    `num_pilot_train`: images left for training once the validation split is held out.
+    """
+    column = self.column(self.selection_column) if row.federated else None
+    config = self.cell_config(row, column, learning_rate)
+    length = "rounds" if row.federated else "steps"
+    fields = {length: max(1, math.ceil(self.pilot_fraction * getattr(config, length))),
+              "validation_fraction": self.validation_fraction, "eval_every": 0}
+    if row.federated:
+      fields["num_clients"] = min(config.num_clients, num_pilot_train // config.samples_per_client)
+    return dataclasses.replace(config, **fields)
+
+  def supervised_config(self, row: Row, label_fraction: float, num_train: int) -> ExperimentConfig:
+    """The supervised row trained from scratch on `label_fraction` of the labels."""
+    labeled = max(1, round(label_fraction * num_train))
+    batch = min(row.config.batch_size, labeled)
+    steps = max(1, math.ceil(self.supervised_epochs * labeled / batch))
+    if self.max_rounds:
+      steps = min(steps, self.max_rounds)
+    return dataclasses.replace(row.config, eval_label_fraction=label_fraction, steps=steps,
+                               batch_size=max(2, batch))
+
+  def capped(self, max_rounds: int) -> "Table":
+    """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps
+    (a smoke run of the grid, e.g. the paper scale on new hardware)."""
+    def cap_row(row: Row) -> Row:
+      c = row.config
+      return dataclasses.replace(row, config=dataclasses.replace(
+          c, rounds=min(c.rounds, max_rounds), steps=min(c.steps, max_rounds),
+          checkpoint_every=min(c.checkpoint_every, max_rounds)))
+    evals = tuple(dataclasses.replace(e, protocol=dataclasses.replace(
+        e.protocol, steps=min(e.protocol.steps, max_rounds))) for e in self.evaluations)
+    return dataclasses.replace(
+        self, rows=tuple(cap_row(r) for r in self.rows), evaluations=evals,
+        curve_every=min(self.curve_every, max_rounds), max_rounds=max_rounds, notes=self.notes + (
+                f"capped at {max_rounds} rounds/steps per run (a smoke run, not a result)",))
