@@ -166,6 +166,8 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
   start = time.perf_counter()
   todo, skipped = cells(table)
   plan = _Plan(table, todo)
+  # The data must be there before anything is written (DataUnavailableError says how to get it).
+  experiment.load_splits(table.rows[0].config)
   os.makedirs(output_dir, exist_ok=True)
   timing_path = os.path.join(output_dir, "timing.json")
   timing = _read_json(timing_path) if os.path.exists(timing_path) else {"cells": {}}

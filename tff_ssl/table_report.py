@@ -106,8 +106,8 @@ def _markdown(table: Table, records, choices, random_acc, timing) -> str:
     w("\n")
   others = [r for r in table.rows if r.key not in choices]
   for row in others:
-    lr = row.config.learning_rate if not row.federated else row.config.server_learning_rate
-    w(f"- {row.name}: fixed learning rate {lr:g}.\n")
+    lr = getattr(table.cell_config(row, table.columns[0] if row.federated else None), row.lr_field)
+    w(f"- {row.name}: fixed {row.lr_field} {lr:g}.\n")
   notes = sorted({r["status"] for r in records if r["status"] not in ("ok", "")})
   if notes or table.notes:
     w("\n## Notes\n\n")
@@ -138,26 +138,31 @@ def _cell_text(rec) -> str:
 def checks(table: Table, records) -> list[str]:
   """The paper's claims on this grid, checked on our numbers (non-IID columns, primary probe)."""
   e = table.evaluations[0].key
-  val = {(r["row"], r["column"]): r["ours"] for r in records if r["evaluation"] == e}
+  rec = {(r["row"], r["column"]): r for r in records if r["evaluation"] == e}
   rows = {r.key: r for r in table.rows}
   lines = []
   dcco = [k for k, r in rows.items() if r.config.method == "dcco"]
   fedavg = [k for k, r in rows.items() if r.config.method.startswith("fedavg")]
   central = [k for k, r in rows.items() if r.config.method == "centralized_cco"]
   for c in table.columns:
-    if c.group != "non-IID" or not dcco:
+    if c.group != "non-IID" or not dcco or (dcco[0], c.key) not in rec:
       continue
-    d = val.get((dcco[0], c.key))
+    d = rec[(dcco[0], c.key)]["ours"]
     if d is None:
       continue
-    rivals = [(rows[k].name, val.get((k, c.key))) for k in fedavg if val.get((k, c.key)) is not None]
+    rivals = []  # (name, accuracy or None when the run failed)
+    for k in fedavg:
+      r = rec.get((k, c.key))
+      if r and (r["ours"] is not None or r["status"].startswith(FAILED)):
+        rivals.append((rows[k].name, r["ours"]))
     if rivals:
-      beaten = all(d > v for _, v in rivals)
+      beaten = all(v is None or d > v for _, v in rivals)
       lines.append(f"non-IID {c.label}: DCCO {_fmt(d)} vs " + ", ".join(
-          f"{n} {_fmt(v)}" for n, v in rivals) + (" — DCCO beats both" if beaten else
-                                                  " — **DCCO does not beat every FedAvg variant**"))
-    if c.samples_per_client == 1 and central and val.get((central[0], "")) is not None:
-      gap = 100 * (val[(central[0], "")] - d)
+          f"{n} {_fmt(v) if v is not None else 'failed'}" for n, v in rivals) + (
+              " — DCCO beats every FedAvg variant" if beaten else
+              " — **DCCO does not beat every FedAvg variant**"))
+    if c.samples_per_client == 1 and central and rec.get((central[0], ""), {}).get("ours"):
+      gap = 100 * (rec[(central[0], "")]["ours"] - d)
       lines.append(f"non-IID {c.label}: centralized CCO − DCCO = {gap:+.1f} points "
                    f"({'within' if abs(gap) <= 3 else '**outside**'} 3)")
   return lines

@@ -134,6 +134,8 @@ class Table:
     if column is not None:
       fields.update(num_clients=column.num_clients, samples_per_client=column.samples_per_client,
                     clients_per_round=column.clients_per_round, alpha=column.alpha)
+    if learning_rate is None and len(row.learning_rates) == 1:
+      learning_rate = row.learning_rates[0]
     if learning_rate is not None:
       fields[row.lr_field] = learning_rate
     return dataclasses.replace(row.config, **fields)

@@ -1,12 +1,7 @@
-"""bin/reproduce's machinery on a tiny synthetic table: cells, skipped cells, learning-rate selection
-on the validation split, resume, table.md / table.csv / curves.png."""
+"""tff_ssl.reproduce's planning on a small table: cells, skipped cells, pilot runs on the validation
+split, curves (the end-to-end run, with resume, is tests/tables/test_paper_scale.py)."""
 
-import csv
 import dataclasses
-import json
-import os
-
-import pytest
 
 from tff_ssl import evaluation, reproduce, tables
 from tff_ssl.experiment import ExperimentConfig
@@ -58,51 +53,11 @@ def test_pilot_holds_out_validation():
   assert (cell.validation_fraction, cell.num_clients, cell.eval_every) == (0.0, 2000, 2)
 
 
-def test_reproduce_tiny_table_end_to_end_and_resume(tmp_path):
-  table = tiny_table()
-  out = str(tmp_path / "table")
-  result = reproduce.reproduce(table, out, progress=False)
-  selection = json.load(open(os.path.join(out, "selection.json")))
-  assert set(selection) == {"dcco"}
-  scores = selection["dcco"]["validation_linear_probe"]
-  assert set(scores) == {"0.001", "0.01"}
-  assert selection["dcco"]["learning_rate"] == float(max(scores, key=scores.get))
-  # The pilots trained on train minus validation and were scored on validation, not test.
-  pilot = json.load(open(os.path.join(out, "selection/dcco/lr_0.01/hparams.json")))
-  assert pilot["validation_fraction"] == 0.1 and pilot["rounds"] == 2
-  cell = json.load(open(os.path.join(out, "cells/dcco/noniid_1/hparams.json")))
-  assert cell["server_learning_rate"] == selection["dcco"]["learning_rate"]
-  assert cell["validation_fraction"] == 0.0
-
-  rows = list(csv.DictReader(open(os.path.join(out, "table.csv"))))
-  by = {(r["evaluation"], r["row"], r["column"]): r for r in rows}
-  assert len(rows) == 3 * (2 + 2 + 1 + 1)
-  assert by[("linear_10", "fedavg_cco", "noniid_1")]["status"].startswith("not run: within-client")
-  for ev in ("linear_10", "finetune_10", "linear_1"):
-    for key in (("dcco", "noniid_1"), ("dcco", "iid_4"), ("fedavg_cco", "iid_4"),
-                ("centralized_cco", ""), ("supervised", "")):
-      assert 0 <= float(by[(ev, *key)]["ours"]) <= 100, (ev, key)
-  assert by[("linear_10", "dcco", "noniid_1")]["paper"] == "51.7"
-  results = json.load(open(os.path.join(out, "cells/dcco/iid_4/results.json")))
-  assert float(by[("linear_10", "dcco", "iid_4")]["ours"]) == pytest.approx(
-      100 * results["linear_probe_accuracy_pretrained"], abs=0.01)
-  assert set(results["evaluations"]) == {"finetune_10", "linear_1"}
-  md = open(os.path.join(out, "table.md")).read()
-  assert "| DCCO |" in md and "(51.7)" in md and "—" in md and "validation" in md
-  png = open(os.path.join(out, "curves.png"), "rb").read()
-  assert png[:8] == b"\x89PNG\r\n\x1a\n"
-  # A periodic probe (round 2 of 3) is on the curve, between round 0 (random init) and the end.
-  xs, _ = reproduce.curve(os.path.join(out, "cells/dcco/iid_4"), results, 3,
-                          json.load(open(os.path.join(out, "random_init.json")))[
-                              "linear_probe_accuracy"])
-  assert list(xs) == [0, 2, 3]
-
-  # Resume: delete one cell's results (as if interrupted after its last checkpoint); only that
-  # cell runs again, and it comes back with the same numbers.
-  before = os.path.getmtime(os.path.join(out, "cells/centralized_cco/all/results.json"))
-  os.remove(os.path.join(out, "cells/dcco/iid_4/results.json"))
-  again = reproduce.reproduce(table, out, progress=False)
-  assert os.path.getmtime(os.path.join(out, "cells/centralized_cco/all/results.json")) == before
-  assert json.load(open(os.path.join(out, "cells/dcco/iid_4/results.json")))[
-      "linear_probe_accuracy_pretrained"] == results["linear_probe_accuracy_pretrained"]
-  assert [r["ours"] for r in again["records"]] == [r["ours"] for r in result["records"]]
+def test_curve_reads_periodic_probes(tmp_path):
+  (tmp_path / "metrics.csv").write_text(
+      "round,loss,linear_probe_accuracy\n0,5.0,\n1,4.0,0.5\n2,3.0,\n3,2.5,0.6\n4,2.0,\n")
+  xs, ys = reproduce.curve(str(tmp_path), {"linear_probe_accuracy_pretrained": 0.7}, 5, 0.3)
+  assert list(xs) == [0, 2, 4, 5] and list(ys) == [0.3, 0.5, 0.6, 0.7]
+  # A centralized run's metrics.csv (step, loss, linear_probe_accuracy) reads the same way.
+  xs, _ = reproduce.curve(str(tmp_path / "missing"), {"failed": "nan"}, 5, 0.3)
+  assert list(xs) == [0]

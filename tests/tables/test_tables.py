@@ -1,0 +1,114 @@
+"""The DCCO Table 1 grid as data (both scales) and the table report, on hand-made results."""
+
+import csv
+import os
+
+import pytest
+
+import tasks
+from tasks import dcco_table1
+from tff_ssl import reproduce, table_report, tables
+
+
+@pytest.mark.parametrize("scale", ["mini", "paper"])
+def test_grid_matches_the_paper(scale):
+  table = tasks.get_table("dcco_table1", scale)
+  assert [r.key for r in table.rows] == ["fedavg_cco", "fedavg_simclr", "dcco", "centralized_cco",
+                                        "supervised"]
+  assert [c.key for c in table.columns] == ["noniid_1", "noniid_4", "noniid_8", "noniid_16",
+                                           "iid_4", "iid_8", "iid_16"]
+  # A fixed global batch; every column covers the whole training split.
+  batch = {c.global_batch for c in table.columns}
+  assert batch == {512 if scale == "paper" else 128}
+  images = 50_000 if scale == "paper" else 60_000
+  assert {c.num_clients * c.samples_per_client for c in table.columns} == {images}
+  assert {c.alpha for c in table.columns if c.group == "non-IID"} == {0.0}
+  assert {c.alpha for c in table.columns if c.group == "IID"} == {1000.0}
+  assert [e.key for e in table.evaluations] == ["linear_10", "finetune_10", "linear_1"]
+  todo, skipped = reproduce.cells(table)
+  # Within-client losses with one sample per client are not run (the paper's "–").
+  assert set(skipped) == {("fedavg_cco", "noniid_1"), ("fedavg_simclr", "noniid_1")}
+  assert len(todo) == 6 + 6 + 7 + 1 + 2
+  # Every cell is a valid run; the same learning-rate candidates for every pretraining row.
+  for cell in todo:
+    if not cell.row.supervised:
+      table.cell_config(cell.row, cell.column)
+  assert {r.learning_rates for r in table.rows if not r.supervised} == {(5e-3, 1e-3)}
+
+
+def test_paper_scale_is_appendix_b():
+  table = dcco_table1.paper()
+  dcco, simclr = table.row("dcco").config, table.row("fedavg_simclr").config
+  assert (dcco.dataset, dcco.encoder, dcco.width, dcco.stem_stride) == ("cifar100", "resnet14", 1, 1)
+  assert dcco.projector == (1024, 1024, 1024) and simclr.projector == (256, 256, 128)
+  assert simclr.temperature == 0.1 and dcco.cco_lambda == 20
+  assert (dcco.rounds, dcco.server_optimizer, dcco.client_optimizer, dcco.client_learning_rate,
+          dcco.local_steps) == (100_000, "adam", "sgd", 1.0, 1)
+  assert not dcco.blur
+  central = table.row("centralized_cco").config
+  assert (central.steps, central.batch_size, central.optimizer) == (97_000, 512, "adam")
+  linear10, finetune10, linear1 = (e.protocol for e in table.evaluations)
+  assert (linear10.steps, linear10.batch_size, linear10.optimizer, linear10.learning_rate) == (
+      1000, 512, "lars", 2.0)
+  assert (linear1.label_fraction, linear1.steps, linear1.batch_size, linear1.learning_rate) == (
+      0.01, 400, 128, 2.5)
+  assert (finetune10.steps, finetune10.batch_size, finetune10.learning_rate) == (100, 256, 5e-3)
+  sup = table.supervised_config(table.row("supervised"), 0.1, 50_000)
+  assert (sup.steps, sup.batch_size, sup.learning_rate) == (1954, 256, 0.01)  # 100 epochs of 5K.
+  assert table.paper[("linear_10", "dcco", "noniid_1")] == 51.7
+  assert table.paper[("linear_1", "fedavg_cco", "noniid_4")] == tables.FAILED
+  assert ("linear_10", "fedavg_cco", "noniid_1") not in table.paper
+  assert len(table.paper) == 3 * (6 + 6 + 7 + 2)
+
+
+def test_capped_grid_caps_every_length():
+  table = dcco_table1.paper().capped(2)
+  assert {r.config.rounds for r in table.rows} == {2}
+  assert table.row("centralized_cco").config.steps == 2
+  assert {e.protocol.steps for e in table.evaluations} == {2}
+  assert table.supervised_config(table.row("supervised"), 0.1, 50_000).steps == 2
+  assert "smoke" in table.notes[-1]
+
+
+def test_report_of_hand_made_results(tmp_path):
+  """table.md / table.csv / checks from results written by hand (no training)."""
+  table = dcco_table1.mini()
+  todo, skipped = reproduce.cells(table)
+  results = {}
+  acc = {"fedavg_cco": 0.60, "fedavg_simclr": 0.62, "dcco": 0.70, "centralized_cco": 0.72}
+  for cell in todo:
+    if cell.row.supervised:
+      results[cell.path] = {"supervised_accuracy": 0.5 if cell.label_fraction == 0.1 else 0.3}
+    elif cell.row.key == "fedavg_cco" and cell.column.key == "noniid_4":
+      results[cell.path] = {"failed": "round 7: loss became nan; lower --server_learning_rate"}
+    else:
+      # DCCO loses to FedAvg in the non-IID 8 column, to exercise the failing check.
+      a = 0.55 if (cell.row.key == "dcco" and cell.column.key == "noniid_8") else acc[cell.row.key]
+      results[cell.path] = {"linear_probe_accuracy_pretrained": a,
+                            "evaluations": {"finetune_10": a + 0.05, "linear_1": a - 0.2}}
+  choices = {"dcco": {"learning_rate": 1e-3, "field": "server_learning_rate",
+                      "validation_linear_probe": {"0.005": 0.66, "0.001": 0.68},
+                      "pilot_length": 50, "column": "noniid_16", "validation_fraction": 0.1}}
+  out = table_report.write(table, str(tmp_path), todo, skipped, results, choices, 0.45,
+                           {"cells_total_seconds": 600.0, "last_invocation_seconds": 60.0})
+  rows = list(csv.DictReader(open(out["table_csv"])))
+  by = {(r["evaluation"], r["row"], r["column"]): r for r in rows}
+  assert len(rows) == 3 * (7 + 7 + 7 + 1 + 1)
+  assert by[("linear_10", "dcco", "noniid_1")]["ours"] == "70.00"
+  assert by[("linear_10", "dcco", "noniid_1")]["paper"] == "51.7"
+  assert by[("finetune_10", "dcco", "iid_4")]["ours"] == "75.00"
+  assert by[("linear_1", "supervised", "")]["ours"] == "30.00"
+  assert by[("linear_10", "supervised", "")]["ours"] == "50.00"
+  assert by[("linear_10", "dcco", "iid_4")]["learning_rate"] == "0.001"
+  assert by[("linear_10", "fedavg_cco", "noniid_4")]["status"].startswith("FAILED: round 7")
+  assert by[("linear_10", "fedavg_simclr", "noniid_1")]["status"].startswith("not run: within")
+  md = open(out["table_md"]).read()
+  assert "| DCCO | **70.0** (51.7) | **70.0** (49.6) | **55.0** (48.1) |" in md
+  assert "| CCO + FedAvg | — | **failed** (FAILED) | **60.0** (28.7) |" in md
+  assert "server_learning_rate = 0.001" in md and "0.005: 66.0, 0.001: 68.0" in md
+  lines = table_report.checks(table, table_report.collect(table, todo, skipped, results))
+  assert "non-IID 60,000 / 1 / 128: centralized CCO − DCCO = +2.0 points (within 3)" in lines
+  assert ("non-IID 15,000 / 4 / 32: DCCO 70.0 vs CCO + FedAvg failed, Contrastive + FedAvg 62.0 — "
+          "DCCO beats every FedAvg variant") in lines
+  assert any("7,500 / 8 / 16" in l and "does not beat" in l for l in lines)
+  assert os.path.getsize(out["curves_png"]) > 1000
