@@ -118,7 +118,22 @@ class _Plan:
     self.total = len(self.pilots) + len(todo) + 1  # + the random-init probe.
 
 
-def select_learning_rates(table: Table, output_dir: str, bar, progress: bool) -> dict[str, Any]:
+def _timed_run(config, output_dir: str, path: str, timing: dict[str, Any], **kwargs
+               ) -> tuple[dict[str, Any], bool]:
+  """`_run_or_fail` of the run folder `output_dir/path` and whether it ran now (not finished
+  before); the wall time of a run goes to timing.json."""
+  run_dir = os.path.join(output_dir, path)
+  finished = any(os.path.exists(os.path.join(run_dir, f)) for f in ("results.json", "failed.json"))
+  start = time.perf_counter()
+  result = _run_or_fail(config, run_dir, **kwargs)
+  if not finished:
+    timing["runs"][path] = round(time.perf_counter() - start, 1)
+    _write_json(os.path.join(output_dir, "timing.json"), timing)
+  return result, not finished
+
+
+def select_learning_rates(table: Table, output_dir: str, bar, progress: bool,
+                          timing: dict[str, Any]) -> dict[str, Any]:
   """Pilot runs of every row with several candidate learning rates; the best on validation wins."""
   path = os.path.join(output_dir, "selection.json")
   choices: dict[str, Any] = _read_json(path) if os.path.exists(path) else {}
@@ -132,8 +147,8 @@ def select_learning_rates(table: Table, output_dir: str, bar, progress: bool) ->
     for lr in row.learning_rates:
       bar.set_description(f"selection {row.key} lr={lr:g}")
       config = table.pilot_config(row, lr, len(pilot_train))
-      result = _run_or_fail(config, os.path.join(output_dir, "selection", row.key, f"lr_{lr:g}"),
-                            progress=progress, random_init_baseline=False)
+      result, _ = _timed_run(config, output_dir, os.path.join("selection", row.key, f"lr_{lr:g}"),
+                             timing, progress=progress, random_init_baseline=False)
       scores[f"{lr:g}"] = _score(result)
       bar.update(1)
     best = max(row.learning_rates, key=lambda lr: scores[f"{lr:g}"])  # Ties: the first listed.
@@ -170,10 +185,12 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
   experiment.load_splits(table.rows[0].config)
   os.makedirs(output_dir, exist_ok=True)
   timing_path = os.path.join(output_dir, "timing.json")
-  timing = _read_json(timing_path) if os.path.exists(timing_path) else {"cells": {}}
+  timing = _read_json(timing_path) if os.path.exists(timing_path) else {}
+  timing.setdefault("runs", {}).update(timing.pop("cells", {}))
+  timing.setdefault("invocations", [])
   results: dict[str, dict[str, Any]] = {}
   with progress_lib.bar(plan.total, desc="table", unit="run", enabled=progress) as bar:
-    choices = select_learning_rates(table, output_dir, bar, progress)
+    choices = select_learning_rates(table, output_dir, bar, progress, timing)
     bar.set_description("random init")
     random_acc = random_init_accuracy(table, output_dir)
     bar.update(1)
@@ -189,20 +206,14 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
         lr = choices.get(cell.row.key, {}).get("learning_rate")
         config = table.cell_config(cell.row, cell.column, lr)
         kwargs = dict(random_init_baseline=False, evaluate=_evaluations(table, config))
-      cell_start = time.perf_counter()
-      run_dir = os.path.join(output_dir, cell.path)
-      finished = any(os.path.exists(os.path.join(run_dir, f)) for f in ("results.json",
-                                                                        "failed.json"))
-      results[cell.path] = _run_or_fail(config, run_dir, progress=progress, **kwargs)
-      if not finished:
-        timing["cells"][cell.path] = round(time.perf_counter() - cell_start, 1)
-        _write_json(timing_path, timing)
-        log(f"{cell.path}: {_summary(results[cell.path])} "
-            f"({timing['cells'][cell.path]:.0f} s)")
+      results[cell.path], ran = _timed_run(config, output_dir, cell.path, timing,
+                                           progress=progress, **kwargs)
+      if ran:
+        log(f"{cell.path}: {_summary(results[cell.path])} ({timing['runs'][cell.path]:.0f} s)")
       tf.keras.backend.clear_session()
       bar.update(1)
-  timing["last_invocation_seconds"] = round(time.perf_counter() - start, 1)
-  timing["cells_total_seconds"] = round(sum(timing["cells"].values()), 1)
+  # Wall time of each invocation (a resumed table has several); table.md reports their sum.
+  timing["invocations"].append(round(time.perf_counter() - start, 1))
   _write_json(timing_path, timing)
   from tff_ssl import table_report  # pylint: disable=g-import-not-at-top
   return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing)

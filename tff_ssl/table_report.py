@@ -118,8 +118,10 @@ def _markdown(table: Table, records, choices, random_acc, timing) -> str:
   w("\n## Checks\n\n")
   for line in checks(table, records):
     w(f"- {line}\n")
-  w(f"\nRun time: {timing.get('cells_total_seconds', 0) / 60:.1f} min of cell runs "
-    f"(this invocation {timing.get('last_invocation_seconds', 0) / 60:.1f} min).\n")
+  inv = timing.get("invocations", [])
+  w(f"\nRun time: {sum(inv) / 60:.1f} min over {len(inv)} invocation(s) of bin/reproduce "
+    f"({sum(timing.get('runs', {}).values()) / 60:.1f} min in training runs and their "
+    f"evaluations).\n")
   return out.getvalue()
 
 

@@ -90,7 +90,7 @@ def test_report_of_hand_made_results(tmp_path):
                       "validation_linear_probe": {"0.005": 0.66, "0.001": 0.68},
                       "pilot_length": 50, "column": "noniid_16", "validation_fraction": 0.1}}
   out = table_report.write(table, str(tmp_path), todo, skipped, results, choices, 0.45,
-                           {"cells_total_seconds": 600.0, "last_invocation_seconds": 60.0})
+                           {"runs": {"cells/dcco/noniid_1": 600.0}, "invocations": [700.0, 20.0]})
   rows = list(csv.DictReader(open(out["table_csv"])))
   by = {(r["evaluation"], r["row"], r["column"]): r for r in rows}
   assert len(rows) == 3 * (7 + 7 + 7 + 1 + 1)
@@ -112,3 +112,4 @@ def test_report_of_hand_made_results(tmp_path):
           "DCCO beats every FedAvg variant") in lines
   assert any("7,500 / 8 / 16" in l and "does not beat" in l for l in lines)
   assert os.path.getsize(out["curves_png"]) > 1000
+  assert "Run time: 12.0 min over 2 invocation(s)" in md
