@@ -194,6 +194,11 @@ class RunExistsError(ValueError):
   """The output folder already holds a finished run."""
 
 
+def hparams_json(config: ExperimentConfig) -> str:
+  """The text of a run folder's hparams.json for `config`."""
+  return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
+
+
 def _write_atomic(path: str, text: str) -> None:
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
   with os.fdopen(fd, "w") as f:
@@ -254,7 +259,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, pro
                      f"{config.dataset}")
   os.makedirs(output_dir, exist_ok=True)
   _write_atomic(os.path.join(output_dir, "hparams.json"),
-                json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n")
+                hparams_json(config))
 
   tf.keras.utils.set_random_seed(config.seed)
   encoder = config.build_encoder(train.image_shape)
@@ -301,7 +306,7 @@ def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
                     results_path: str) -> dict[str, Any]:
   os.makedirs(output_dir, exist_ok=True)
   _write_atomic(os.path.join(output_dir, "hparams.json"),
-                json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n")
+                hparams_json(config))
   start = time.perf_counter()
   acc = evaluation.supervised_from_scratch(
       lambda: config.build_encoder(train.image_shape),

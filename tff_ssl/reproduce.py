@@ -80,10 +80,13 @@ def _write_json(path: str, value: Any) -> None:
 def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
   """results.json of the run in `run_dir` (running it unless finished), or {"failed": reason}."""
   done, failed = os.path.join(run_dir, "results.json"), os.path.join(run_dir, "failed.json")
-  if os.path.exists(done):
-    return _read_json(done)
-  if os.path.exists(failed):
-    return _read_json(failed)
+  for path in (done, failed):
+    if os.path.exists(path):
+      hparams = os.path.join(run_dir, "hparams.json")
+      if not os.path.exists(hparams) or open(hparams).read() != experiment.hparams_json(config):
+        raise ValueError(f"{run_dir} was run with other settings than the table's now; delete it "
+                         f"(or choose another --output_dir) to run it again")
+      return _read_json(path)
   try:
     return experiment.run(config, run_dir, **kwargs)
   except FloatingPointError as e:  # A diverged run is a result (the paper's FAILED), not a crash.
@@ -113,8 +116,7 @@ class _Plan:
   """Counts the runs ahead for the grid-wide progress bar."""
 
   def __init__(self, table: Table, todo: list[Cell]):
-    self.pilots = [(row, lr) for row in table.rows for lr in row.learning_rates
-                   if len(row.learning_rates) > 1]
+    self.pilots = [(row, lr) for row in table.piloted_rows for lr in row.learning_rates]
     self.total = len(self.pilots) + len(todo) + 1  # + the random-init probe.
 
 
@@ -134,10 +136,13 @@ def _timed_run(config, output_dir: str, path: str, timing: dict[str, Any], **kwa
 
 def select_learning_rates(table: Table, output_dir: str, bar, progress: bool,
                           timing: dict[str, Any]) -> dict[str, Any]:
-  """Pilot runs of every row with several candidate learning rates; the best on validation wins."""
+  """Pilot runs of every row with several candidate learning rates; the best on validation wins.
+
+  A row with `select_with` takes the other row's choice.
+  """
   path = os.path.join(output_dir, "selection.json")
   choices: dict[str, Any] = _read_json(path) if os.path.exists(path) else {}
-  rows = [r for r in table.rows if len(r.learning_rates) > 1]
+  rows = table.piloted_rows
   if not rows:
     return choices
   pilot_train, _ = experiment.load_splits(dataclasses.replace(
@@ -158,6 +163,11 @@ def select_learning_rates(table: Table, output_dir: str, bar, progress: bool,
         "column": table.selection_column if row.federated else None,
         "validation_fraction": table.validation_fraction}
     _write_json(path, choices)
+  for row in table.rows:
+    if row.select_with:
+      choices[row.key] = {**choices[row.select_with], "field": row.lr_field,
+                          "selected_with": row.select_with}
+  _write_json(path, choices)
   return choices
 
 

@@ -101,6 +101,8 @@ def _markdown(table: Table, records, choices, random_acc, timing) -> str:
         ch = choices[row.key]
         scores = ", ".join(f"{lr}: {_fmt(s) if s >= 0 else FAILED}"
                            for lr, s in ch["validation_linear_probe"].items())
+        if ch.get("selected_with"):
+          scores = f"{table.row(ch['selected_with']).name}'s choice ({scores})"
         w(f"| {row.name} | {ch['field']} = {ch['learning_rate']:g} | {scores} | "
           f"{ch['pilot_length']} | {ch['column'] or '—'} |\n")
     w("\n")

@@ -52,6 +52,9 @@ class Row:
   name: str
   config: ExperimentConfig
   learning_rates: tuple[float, ...] = ()  # > 1 candidates: chosen on the validation split.
+  # Key of another row whose validation choice this row takes instead of running pilots of its own
+  # (centralized CCO takes DCCO's: one round at one sample per client *is* one centralized step).
+  select_with: str = ""
 
   @property
   def federated(self) -> bool:
@@ -112,12 +115,23 @@ class Table:
     keys = [r.key for r in self.rows]
     if len(set(keys)) != len(keys):
       raise ValueError(f"table {self.name}: duplicate row keys {keys}")
+    for r in self.rows:
+      if r.select_with and (r.select_with not in keys or
+                            self.row(r.select_with).learning_rates != r.learning_rates or
+                            self.row(r.select_with).select_with):
+        raise ValueError(f"table {self.name}: row {r.key!r} selects with {r.select_with!r}, which "
+                         f"must be a row of the same candidate learning rates that runs pilots")
     if self.selection_column not in {c.key for c in self.columns}:
       raise ValueError(f"table {self.name}: selection column {self.selection_column!r} is not one of "
                        f"{[c.key for c in self.columns]}")
     first = self.evaluations[0].protocol
     if not isinstance(first, evaluation.LinearProbeConfig):
       raise ValueError(f"table {self.name}: the first evaluation must be the linear probe")
+
+  @property
+  def piloted_rows(self) -> tuple[Row, ...]:
+    """Rows whose learning rate is chosen by pilot runs of their own."""
+    return tuple(r for r in self.rows if len(r.learning_rates) > 1 and not r.select_with)
 
   def row(self, key: str) -> Row:
     return next(r for r in self.rows if r.key == key)

@@ -1,5 +1,6 @@
 """bin/train: a smoke run, its run folder, and one-line errors for bad input."""
 
+import dataclasses
 import importlib.machinery
 import importlib.util
 import json
@@ -10,6 +11,8 @@ import sys
 import pytest
 from absl import flags
 from absl.testing import flagsaver
+
+from tff_ssl import experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "bin", "train")
@@ -24,6 +27,11 @@ def _load_binary():
 
 
 train = _load_binary()
+
+
+def test_every_config_field_is_a_flag():
+  fields = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
+  assert fields <= set(flags.FLAGS), sorted(fields - set(flags.FLAGS))
 
 
 def test_smoke_run_writes_a_finished_run_folder(tmp_path, capsys):
@@ -43,7 +51,7 @@ def test_smoke_run_writes_a_finished_run_folder(tmp_path, capsys):
   assert 0 <= results["linear_probe_accuracy_pretrained"] <= 1
   assert 0 <= results["linear_probe_accuracy_random_init"] <= 1
   rows = open(os.path.join(out, "metrics.csv")).read().splitlines()
-  assert rows[0] == "step,loss" and [r.split(",")[0] for r in rows[1:]] == ["0", "1"]
+  assert rows[0] == "step,loss,linear_probe_accuracy" and [r.split(",")[0] for r in rows[1:]] == ["0", "1"]
 
 
 @pytest.mark.parametrize("args,message", [

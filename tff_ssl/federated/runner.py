@@ -11,8 +11,6 @@ resumes after the latest checkpoint; since client sampling and augmentations are
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
 import os
 import time
 from typing import Any
@@ -100,7 +98,8 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   if METHODS[config.method].process == "fedavg" and config.samples_per_client < 2:
     raise ValueError(f"{config.method} needs >= 2 samples per client for its within-client loss; "
                      f"got samples_per_client={config.samples_per_client}. Use dcco")
-  hparams = json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
+  from tff_ssl.experiment import hparams_json  # pylint: disable=g-import-not-at-top
+  hparams = hparams_json(config)
   hparams_path = os.path.join(output_dir, "hparams.json")
   if os.path.exists(hparams_path) and open(hparams_path).read() != hparams:
     raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
