@@ -27,9 +27,10 @@ def mock_cifar100(num_train=50_000, num_test=100):
 def test_paper_scale_runs_two_rounds_of_every_row(tmp_path):
   table = dcco_table1.paper().capped(2)
   # Two columns keep the test short: 512 one-image clients per round (DCCO only) and 32 clients of 16.
-  # Learning-rate selection runs for DCCO (two 1-round pilots); the other rows take the first candidate.
-  rows = tuple(r if r.key == "dcco" else dataclasses.replace(r, learning_rates=r.learning_rates[:1])
-               for r in table.rows)
+  # Learning-rate selection runs for DCCO (two 1-round pilots), centralized CCO takes its choice; the
+  # FedAvg rows take the first candidate.
+  rows = tuple(r if r.key in ("dcco", "centralized_cco") else
+               dataclasses.replace(r, learning_rates=r.learning_rates[:1]) for r in table.rows)
   table = dataclasses.replace(table, rows=rows, columns=tuple(
       c for c in table.columns if c.key in ("noniid_1", "noniid_16")))
   out = str(tmp_path / "paper")
@@ -52,7 +53,13 @@ def test_paper_scale_runs_two_rounds_of_every_row(tmp_path):
   selection = json.load(open(os.path.join(out, "selection.json")))
   scores = selection["dcco"]["validation_linear_probe"]
   assert set(scores) == {"0.005", "0.001"}
-  assert selection["dcco"]["learning_rate"] == float(max(scores, key=scores.get))
+  # The best validation score wins; ties go to the first candidate listed (5e-3).
+  best = max(table.row("dcco").learning_rates, key=lambda lr: scores[f"{lr:g}"])
+  assert selection["dcco"]["learning_rate"] == best
+  # Centralized CCO takes DCCO's choice rather than running pilots of its own.
+  assert selection["centralized_cco"]["learning_rate"] == best
+  assert selection["centralized_cco"]["selected_with"] == "dcco"
+  assert not os.path.exists(os.path.join(out, "selection", "centralized_cco"))
   # Pilots train on train minus the validation split and are scored on it (never on test).
   pilot = json.load(open(os.path.join(out, "selection/dcco/lr_0.001/hparams.json")))
   assert (pilot["validation_fraction"], pilot["rounds"], pilot["samples_per_client"]) == (0.1, 1, 16)

@@ -1,6 +1,7 @@
 """The DCCO Table 1 grid as data (both scales) and the table report, on hand-made results."""
 
 import csv
+import dataclasses
 import os
 
 import pytest
@@ -89,6 +90,7 @@ def test_report_of_hand_made_results(tmp_path):
   choices = {"dcco": {"learning_rate": 1e-3, "field": "server_learning_rate",
                       "validation_linear_probe": {"0.005": 0.66, "0.001": 0.68},
                       "pilot_length": 50, "column": "noniid_16", "validation_fraction": 0.1}}
+  choices["centralized_cco"] = {**choices["dcco"], "field": "learning_rate", "selected_with": "dcco"}
   out = table_report.write(table, str(tmp_path), todo, skipped, results, choices, 0.45,
                            {"runs": {"cells/dcco/noniid_1": 600.0}, "invocations": [700.0, 20.0]})
   rows = list(csv.DictReader(open(out["table_csv"])))
@@ -106,6 +108,7 @@ def test_report_of_hand_made_results(tmp_path):
   assert "| DCCO | **70.0** (51.7) | **70.0** (49.6) | **55.0** (48.1) |" in md
   assert "| CCO + FedAvg | — | **failed** (FAILED) | **60.0** (28.7) |" in md
   assert "server_learning_rate = 0.001" in md and "0.005: 66.0, 0.001: 68.0" in md
+  assert "| Centralized CCO | learning_rate = 0.001 | DCCO's choice (0.005: 66.0" in md
   lines = table_report.checks(table, table_report.collect(table, todo, skipped, results))
   assert "non-IID 60,000 / 1 / 128: centralized CCO − DCCO = +2.0 points (within 3)" in lines
   assert ("non-IID 15,000 / 4 / 32: DCCO 70.0 vs CCO + FedAvg failed, Contrastive + FedAvg 62.0 — "
@@ -113,3 +116,15 @@ def test_report_of_hand_made_results(tmp_path):
   assert any("7,500 / 8 / 16" in l and "does not beat" in l for l in lines)
   assert os.path.getsize(out["curves_png"]) > 1000
   assert "Run time: 12.0 min over 2 invocation(s)" in md
+
+
+def test_select_with_must_name_a_piloted_row_of_the_same_candidates():
+  table = dcco_table1.mini()
+  assert [r.key for r in table.piloted_rows] == ["fedavg_cco", "fedavg_simclr", "dcco"]
+  central = table.row("centralized_cco")
+  assert central.select_with == "dcco"
+  for bad in (dataclasses.replace(central, select_with="nope"),
+              dataclasses.replace(central, learning_rates=(1e-2, 1e-3))):
+    rows = tuple(bad if r.key == "centralized_cco" else r for r in table.rows)
+    with pytest.raises(ValueError, match="row 'centralized_cco' selects with"):
+      dataclasses.replace(table, rows=rows)
