@@ -91,6 +91,10 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
     return experiment.run(config, run_dir, **kwargs)
   except FloatingPointError as e:  # A diverged run is a result (the paper's FAILED), not a crash.
     result = {"failed": str(e)}
+    hparams = os.path.join(run_dir, "hparams.json")
+    if not os.path.exists(hparams):
+      os.makedirs(run_dir, exist_ok=True)
+      experiment._write_atomic(hparams, experiment.hparams_json(config))  # pylint: disable=protected-access
     _write_json(failed, result)
     return result
 

@@ -1,9 +1,14 @@
-"""tff_ssl.reproduce's planning on a small table: cells, skipped cells, pilot runs on the validation
-split, curves (the end-to-end run, with resume, is tests/tables/test_paper_scale.py)."""
+"""tff_ssl.reproduce on a tiny synthetic table: planning, learning-rate selection on the validation
+split, resume, diverged runs, changed settings (the paper-scale grid runs in test_paper_scale.py)."""
 
+import csv
 import dataclasses
+import json
+import os
 
-from tff_ssl import evaluation, reproduce, tables
+import pytest
+
+from tff_ssl import evaluation, experiment, reproduce, tables
 from tff_ssl.experiment import ExperimentConfig
 
 EVALS = (
@@ -23,7 +28,8 @@ def tiny_table() -> tables.Table:
       tables.Row("fedavg_cco", "CCO + FedAvg", dataclasses.replace(base, method="fedavg_cco")),
       tables.Row("dcco", "DCCO", base, learning_rates=(1e-3, 1e-2)),
       tables.Row("centralized_cco", "Centralized CCO", dataclasses.replace(
-          base, method="centralized_cco", steps=3, batch_size=16)),
+          base, method="centralized_cco", steps=3, batch_size=16), learning_rates=(1e-3, 1e-2),
+                 select_with="dcco"),
       tables.Row("supervised", "Supervised", dataclasses.replace(
           base, method="supervised", batch_size=32, learning_rate=0.01)),
   )
@@ -34,6 +40,66 @@ def tiny_table() -> tables.Table:
   return tables.Table(name="tiny", scale="test", title="Tiny", rows=rows, columns=columns,
                       evaluations=EVALS, paper=paper, curve_every=2, selection_column="iid_4",
                       supervised_epochs=1, validation_fraction=0.1, pilot_fraction=0.5)
+
+
+def test_end_to_end_selection_resume_and_failures(tmp_path, monkeypatch):
+  # One column, no supervised row, no periodic probes: a short run through every part of the runner.
+  table = tiny_table()
+  table = dataclasses.replace(table, rows=table.rows[:3], columns=table.columns[1:], curve_every=100)
+  out = str(tmp_path / "tiny")
+  real_run = experiment.run
+
+  def run(config, output_dir, **kwargs):  # The fedavg cell diverges: the paper's FAILED.
+    if output_dir.endswith(os.path.join("fedavg_cco", "iid_4")):
+      raise FloatingPointError("round 1: loss became nan")
+    return real_run(config, output_dir, **kwargs)
+
+  monkeypatch.setattr(experiment, "run", run)
+  result = reproduce.reproduce(table, out, progress=False)
+
+  # Pilots: DCCO's two candidates on train minus the validation split, scored on it; centralized CCO
+  # takes DCCO's choice without pilots of its own.
+  selection = json.load(open(os.path.join(out, "selection.json")))
+  scores = selection["dcco"]["validation_linear_probe"]
+  assert set(scores) == {"0.001", "0.01"} and all(0 <= v <= 1 for v in scores.values())
+  best = max((1e-3, 1e-2), key=lambda lr: scores[f"{lr:g}"])  # Ties: the first listed.
+  assert selection["dcco"]["learning_rate"] == best
+  assert selection["centralized_cco"] == {**selection["dcco"], "field": "learning_rate",
+                                          "selected_with": "dcco"}
+  assert sorted(os.listdir(os.path.join(out, "selection"))) == ["dcco"]
+  pilot = json.load(open(os.path.join(out, "selection", "dcco", "lr_0.01", "hparams.json")))
+  assert (pilot["validation_fraction"], pilot["rounds"], pilot["num_clients"]) == (0.1, 2, 450)
+  for path, field in (("cells/dcco/iid_4", "server_learning_rate"),
+                      ("cells/centralized_cco/all", "learning_rate")):
+    hp = json.load(open(os.path.join(out, path, "hparams.json")))
+    assert (hp[field], hp["validation_fraction"]) == (best, 0.0)
+
+  rows = {(r["evaluation"], r["row"], r["column"]): r for r in csv.DictReader(open(result["table_csv"]))}
+  assert rows[("linear_10", "fedavg_cco", "iid_4")]["status"] == "FAILED: round 1: loss became nan"
+  ok = [r for r in rows.values() if r["status"] == "ok"]
+  assert len(ok) == 3 * 2 and all(0 <= float(r["ours"]) <= 100 for r in ok)
+  md = open(result["table_md"]).read()
+  assert "| CCO + FedAvg | **failed** (FAILED) |" in md and "DCCO's choice" in md
+
+  # Resume: finished and failed cells are kept; a cell whose results are gone runs again, to the same
+  # numbers (a federated cell resumes from its checkpoint: here, its last round).
+  def mtimes():
+    return {p: os.path.getmtime(os.path.join(out, p)) for p in (
+        "cells/centralized_cco/all/results.json", "cells/fedavg_cco/iid_4/failed.json",
+        "selection/dcco/lr_0.001/results.json")}
+  before = mtimes()
+  os.remove(os.path.join(out, "cells", "dcco", "iid_4", "results.json"))
+  again = reproduce.reproduce(table, out, progress=False)
+  assert mtimes() == before
+  assert [r["ours"] for r in again["records"]] == [r["ours"] for r in result["records"]]
+  assert len(json.load(open(os.path.join(out, "timing.json")))["invocations"]) == 2
+
+  # A finished cell run with other settings than the table's now is an error, not silently reused.
+  changed = dataclasses.replace(table, rows=tuple(
+      dataclasses.replace(r, config=dataclasses.replace(r.config, width=0.5))
+      if r.key == "centralized_cco" else r for r in table.rows))
+  with pytest.raises(ValueError, match="centralized_cco.*run with other settings"):
+    reproduce.reproduce(changed, out, progress=False)
 
 
 def test_cells_and_skips():
