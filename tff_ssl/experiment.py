@@ -199,7 +199,14 @@ def hparams_json(config: ExperimentConfig) -> str:
   return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
 
 
-def _write_atomic(path: str, text: str) -> None:
+def write_hparams(config: ExperimentConfig, output_dir: str) -> None:
+  """Creates the run folder `output_dir` with its hparams.json."""
+  os.makedirs(output_dir, exist_ok=True)
+  write_atomic(os.path.join(output_dir, "hparams.json"), hparams_json(config))
+
+
+def write_atomic(path: str, text: str) -> None:
+  """Writes `text` to `path` whole or not at all (a temporary file renamed into place)."""
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
   with os.fdopen(fd, "w") as f:
     f.write(text)
@@ -248,7 +255,7 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
     start = time.perf_counter()
     results["evaluations"] = evaluate(encoder, train, test)
     results["evaluation_seconds"] = round(time.perf_counter() - start, 1)
-  _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   return results
 
 
@@ -257,9 +264,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, pro
   if config.batch_size > len(train):
     raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
                      f"{config.dataset}")
-  os.makedirs(output_dir, exist_ok=True)
-  _write_atomic(os.path.join(output_dir, "hparams.json"),
-                hparams_json(config))
+  write_hparams(config, output_dir)
 
   tf.keras.utils.set_random_seed(config.seed)
   encoder = config.build_encoder(train.image_shape)
@@ -304,9 +309,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, pro
 
 def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
                     results_path: str) -> dict[str, Any]:
-  os.makedirs(output_dir, exist_ok=True)
-  _write_atomic(os.path.join(output_dir, "hparams.json"),
-                hparams_json(config))
+  write_hparams(config, output_dir)
   start = time.perf_counter()
   acc = evaluation.supervised_from_scratch(
       lambda: config.build_encoder(train.image_shape),
@@ -317,7 +320,7 @@ def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
   results = {"method": "supervised", "dataset": config.dataset, "steps": config.steps,
              "label_fraction": config.eval_label_fraction, "supervised_accuracy": acc,
              "seconds": round(time.perf_counter() - start, 1)}
-  _write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   return results
 
 

@@ -74,7 +74,7 @@ def _read_json(path: str) -> Any:
 
 def _write_json(path: str, value: Any) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  experiment._write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")  # pylint: disable=protected-access
+  experiment.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
@@ -91,10 +91,8 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
     return experiment.run(config, run_dir, **kwargs)
   except FloatingPointError as e:  # A diverged run is a result (the paper's FAILED), not a crash.
     result = {"failed": str(e)}
-    hparams = os.path.join(run_dir, "hparams.json")
-    if not os.path.exists(hparams):
-      os.makedirs(run_dir, exist_ok=True)
-      experiment._write_atomic(hparams, experiment.hparams_json(config))  # pylint: disable=protected-access
+    if not os.path.exists(os.path.join(run_dir, "hparams.json")):
+      experiment.write_hparams(config, run_dir)
     _write_json(failed, result)
     return result
 

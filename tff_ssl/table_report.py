@@ -230,9 +230,9 @@ def write(table: Table, output_dir: str, todo, skipped, results, choices, random
   for rec in records:
     writer.writerow({**rec, "ours": "" if rec["ours"] is None else f"{100 * rec['ours']:.2f}",
                      "paper": "" if rec["paper"] is None else rec["paper"]})
-  experiment._write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())  # pylint: disable=protected-access
+  experiment.write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())
   md = _markdown(table, records, choices, random_acc, timing)
-  experiment._write_atomic(os.path.join(output_dir, "table.md"), md)  # pylint: disable=protected-access
+  experiment.write_atomic(os.path.join(output_dir, "table.md"), md)
   png = plot(table, output_dir, todo, results, random_acc)
   return {"records": records, "table_md": os.path.join(output_dir, "table.md"),
           "table_csv": os.path.join(output_dir, "table.csv"), "curves_png": png}
