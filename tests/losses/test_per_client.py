@@ -58,3 +58,45 @@ def test_cco_per_client_gram_form_with_more_samples_than_dimensions():
   got = per_client.cco_loss_per_client(f, g, [30, 10], lambd=3.0)
   want = [losses.cco_loss(f[:30], g[:30], lambd=3.0), losses.cco_loss(f[30:], g[30:], lambd=3.0)]
   np.testing.assert_allclose(got.numpy(), [w.numpy() for w in want], rtol=1e-5)
+
+
+PREDICTION_SIZES = [1, 3, 5]  # Unequal, with a one-sample client.
+
+
+@pytest.mark.parametrize("name,single", [("byol", losses.byol_loss),
+                                         ("simsiam", losses.simsiam_loss)])
+# float64 checks the segment means tightly; float32 is what training runs.
+@pytest.mark.parametrize("dtype,tol", [(tf.float64, 1e-6), (tf.float32, 1e-5)])
+def test_prediction_loss_per_client_equals_single_client_loss(name, single, dtype, tol):
+  rng = np.random.default_rng(7)
+  n = sum(PREDICTION_SIZES)
+  p1, p2, t1, t2 = (tf.constant(rng.normal(size=(n, 6)), dtype) for _ in range(4))
+  fn = per_client.PER_CLIENT_PREDICTION_LOSSES[name]
+  with tf.GradientTape(persistent=True) as tape:
+    tape.watch([p1, p2, t1, t2])
+    got = fn(p1, p2, t1, t2, tf.constant(PREDICTION_SIZES))
+    weighted = tf.reduce_sum(got * tf.constant(PREDICTION_SIZES, dtype))
+    parts = [tf.split(x, PREDICTION_SIZES, axis=0) for x in (p1, p2, t1, t2)]
+    want = [single(*client) for client in zip(*parts)]
+    want_weighted = tf.add_n([k * l for k, l in zip(PREDICTION_SIZES, want)])
+  assert got.shape == (len(PREDICTION_SIZES),)
+  np.testing.assert_allclose(got.numpy(), [w.numpy() for w in want], rtol=tol)
+  for x in (p1, p2):
+    a, b = tape.gradient(weighted, x).numpy(), tape.gradient(want_weighted, x).numpy()
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+  for x in (t1, t2):  # Targets are stop-gradiented per client too.
+    grad = tape.gradient(weighted, x)
+    assert grad is None or not np.any(grad.numpy())
+
+
+def test_prediction_loss_per_client_single_client_and_one_sample_clients():
+  rng = np.random.default_rng(8)
+  p1, p2, t1, t2 = (rng.normal(size=(4, 3)) for _ in range(4))
+  for name, single in (("byol", losses.byol_loss), ("simsiam", losses.simsiam_loss)):
+    fn = per_client.PER_CLIENT_PREDICTION_LOSSES[name]
+    np.testing.assert_allclose(fn(p1, p2, t1, t2, [4]).numpy(),
+                               [single(p1, p2, t1, t2).numpy()], rtol=1e-12)
+    np.testing.assert_allclose(
+        fn(p1, p2, t1, t2, [1, 1, 1, 1]).numpy(),
+        [single(p1[i:i + 1], p2[i:i + 1], t1[i:i + 1], t2[i:i + 1]).numpy() for i in range(4)],
+        rtol=1e-12)

@@ -9,6 +9,9 @@ encoder runs once for the whole group while every client still gets its own with
 CCO per client uses the Gram form of the correlation matrix: with F^, G^ the per-dimension
 standardized encodings (n x d), C = F^T G^ / n, so sum_ij C_ij^2 = <F^ F^T, G^ G^T>_F / n^2 (n x n Gram
 matrices instead of a d x d matrix per client: n^2 d instead of n d^2 work, for n << d).
+
+BYOL and SimSiam are means of per-sample terms, so per client they need no padding: the per-sample
+terms of `byol.py` / `simsiam.py`, segment-summed by client and divided by the clients' sizes.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from tff_ssl.losses import cco, ntxent
+from tff_ssl.losses import byol, cco, ntxent, simsiam
 
 
 def segment_ids(sizes: tf.Tensor) -> tf.Tensor:
@@ -82,10 +85,40 @@ def nt_xent_loss_per_client(z1: tf.Tensor, z2: tf.Tensor, sizes: tf.Tensor,
   return tf.reduce_sum(ce * valid, axis=1) / tf.reduce_sum(valid, axis=1)
 
 
+def _mean_per_client(per_sample: tf.Tensor, sizes: tf.Tensor) -> tf.Tensor:
+  """[K] means of per-sample values ([sum N_k], client by client) over each client's rows."""
+  sizes = tf.convert_to_tensor(sizes, tf.int32)
+  # unsorted_segment_sum with an explicit count keeps a trailing empty client's slot (segment_sum
+  # would drop it); that client's mean is then 0/0 = NaN, as a single-client mean of no rows is.
+  sums = tf.math.unsorted_segment_sum(per_sample, segment_ids(sizes), tf.shape(sizes)[0])
+  return sums / tf.cast(sizes, per_sample.dtype)
+
+
+def byol_loss_per_client(p1: tf.Tensor, p2: tf.Tensor, t1: tf.Tensor, t2: tf.Tensor,
+                         sizes: tf.Tensor) -> tf.Tensor:
+  """[K] symmetrized BYOL losses (`byol.byol_loss`, targets stop-gradiented) of clients whose rows
+  of `p1`, `p2`, `t1`, `t2` have the given sizes; a one-sample client is fine."""
+  return _mean_per_client(byol.byol_loss_per_sample(p1, p2, t1, t2), sizes)
+
+
+def simsiam_loss_per_client(p1: tf.Tensor, p2: tf.Tensor, z1: tf.Tensor, z2: tf.Tensor,
+                            sizes: tf.Tensor) -> tf.Tensor:
+  """[K] SimSiam losses (`simsiam.simsiam_loss`, projections stop-gradiented) of clients whose rows
+  of `p1`, `p2`, `z1`, `z2` have the given sizes; a one-sample client is fine."""
+  return _mean_per_client(simsiam.simsiam_loss_per_sample(p1, p2, z1, z2), sizes)
+
+
 # Per-client counterparts of `losses.LOSSES`, with the same hyperparameter names.
 PER_CLIENT_LOSSES: dict[str, Callable[..., Callable]] = {
     "cco": lambda lambd=cco.DEFAULT_LAMBDA: (
         lambda f, g, sizes: cco_loss_per_client(f, g, sizes, lambd=lambd)),
     "nt_xent": lambda temperature=ntxent.DEFAULT_TEMPERATURE: (
         lambda z1, z2, sizes: nt_xent_loss_per_client(z1, z2, sizes, temperature=temperature)),
+}
+
+# Per-client counterparts of `losses.PREDICTION_LOSSES`: (p1, p2, t1, t2, sizes) -> [K] losses. Kept
+# apart from PER_CLIENT_LOSSES, whose entries are factories of (f, g, sizes) losses.
+PER_CLIENT_PREDICTION_LOSSES: dict[str, Callable] = {
+    "byol": byol_loss_per_client,
+    "simsiam": simsiam_loss_per_client,
 }
