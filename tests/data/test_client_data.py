@@ -62,3 +62,62 @@ def test_fifty_thousand_one_image_clients_are_cheap():
   elapsed = time.perf_counter() - start
   assert len(cd.client_ids) == 50000 and cd.samples_per_client == 1
   print(f"50,000 one-image clients built in {elapsed:.2f} s")  # Reported, not asserted.
+
+
+@pytest.fixture
+def ragged_client_data(synthetic_train):
+  p = data.dirichlet_label_split(synthetic_train.labels, num_clients=6, alpha=0.1, seed=0)
+  assert len({row.size for row in p}) > 1  # Really ragged.
+  return PartitionedClientData(synthetic_train, p)
+
+
+def test_ragged_partition_gives_each_client_its_own_rows(ragged_client_data, synthetic_train):
+  cd = ragged_client_data
+  assert cd.num_clients == 6 and cd.client_ids == [str(i) for i in range(6)] and cd.is_ragged
+  np.testing.assert_array_equal(cd.client_sizes, [rows.size for rows in cd.partition])
+  assert cd.client_sizes.sum() == len(synthetic_train)
+  for cid in cd.client_ids:
+    rows = cd.partition[int(cid)]
+    examples = list(cd.create_tf_dataset_for_client(cid).as_numpy_iterator())
+    assert len(examples) == rows.size
+    np.testing.assert_array_equal(np.stack([e["image"] for e in examples]),
+                                  synthetic_train.images[rows])
+    np.testing.assert_array_equal([e["label"] for e in examples], synthetic_train.labels[rows])
+    images, labels = cd.client_arrays(cid)
+    np.testing.assert_array_equal(labels, synthetic_train.labels[rows])
+  assert cd.element_type_structure["image"] == tf.TensorSpec((28, 28, 1), tf.uint8)
+  with pytest.raises(ValueError, match="unequal sizes"):
+    cd.samples_per_client  # pylint: disable=pointless-statement
+
+
+def test_ragged_partition_traces_in_tf_function_and_tff(ragged_client_data, synthetic_train):
+  cd = ragged_client_data
+
+  @tf.function
+  def label_sum_and_count(client_id):
+    return cd.serializable_dataset_fn(client_id).reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda acc, ex: (acc[0] + ex["label"], acc[1] + 1))
+  for k in range(cd.num_clients):
+    total, count = label_sum_and_count(tf.constant(str(k)))
+    rows = cd.partition[k]
+    assert (int(total), int(count)) == (synthetic_train.labels[rows].sum(), rows.size)
+  last = cd.num_clients - 1
+  labels = [int(e["label"]) for e in cd.dataset_computation(str(last))]
+  np.testing.assert_array_equal(labels, synthetic_train.labels[cd.partition[last]])
+
+
+def test_equal_length_list_is_the_fixed_size_form(synthetic_train):
+  cd = PartitionedClientData(synthetic_train, [np.array([0, 1]), np.array([2, 3])])
+  assert not cd.is_ragged and isinstance(cd.partition, np.ndarray)
+  assert cd.partition.shape == (2, 2) and cd.samples_per_client == 2
+  np.testing.assert_array_equal(cd.client_sizes, [2, 2])
+
+
+def test_bad_ragged_partitions_raise(synthetic_train):
+  with pytest.raises(ValueError, match=r"must lie in \[0, 400\); got \[0, 400\]"):
+    PartitionedClientData(synthetic_train, [np.array([0]), np.array([1, 400])])
+  with pytest.raises(ValueError, match=r"row 1 has shape \(0,\)"):
+    PartitionedClientData(synthetic_train, [np.array([0, 1]), np.array([], np.int64)])
+  with pytest.raises(ValueError, match=r"row 0 has shape \(1,\) and dtype float64"):
+    PartitionedClientData(synthetic_train, [np.array([0.5]), np.array([1, 2])])

@@ -93,3 +93,151 @@ def test_iid_partition_and_unlabeled_labels():
   assert_disjoint(p, 100)
   with pytest.raises(ValueError, match="unlabeled"):
     data.dirichlet_partition(np.full(10, -1), num_clients=2, samples_per_client=2, alpha=1, seed=0)
+
+
+# dirichlet_label_split: ragged clients (L-DAWA's cross-silo split: 10 clients, alpha = 0.1).
+
+SPLIT_LABELS = np.repeat(np.arange(10), 500)  # 10 balanced classes x 500 = 5,000 examples.
+
+
+def assert_exact_cover(parts, indices):
+  """Every index of `indices` in exactly one client, nothing else."""
+  assert all(p.dtype == np.int64 and p.ndim == 1 for p in parts)
+  np.testing.assert_array_equal(np.sort(np.concatenate(parts)), np.sort(indices))
+
+
+def split_stats(parts, labels=SPLIT_LABELS):
+  sizes = np.array([p.size for p in parts])
+  hist = label_hist(parts, labels)
+  return sizes, hist, hist.max(axis=1) / sizes
+
+
+def test_label_split_uses_every_index_exactly_once():
+  for alpha in (0.1, 1.0, 1000.0):
+    parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=10, alpha=alpha, seed=3)
+    assert len(parts) == 10
+    assert_exact_cover(parts, np.arange(SPLIT_LABELS.size))
+
+
+def test_label_split_is_deterministic_in_the_seed():
+  kw = dict(num_clients=10, alpha=0.1)
+  a = data.dirichlet_label_split(SPLIT_LABELS, seed=5, **kw)
+  b = data.dirichlet_label_split(SPLIT_LABELS, seed=5, **kw)
+  assert len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+  c = data.dirichlet_label_split(SPLIT_LABELS, seed=6, **kw)
+  assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_label_split_within_client_order_is_shuffled():
+  # Labels are sorted by class, so sorted indices would group a client's data by class.
+  parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=10, alpha=1000, seed=0)
+  assert not any(np.array_equal(p, np.sort(p)) for p in parts)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_small_alpha_gives_unequal_clients_dominated_by_few_classes(seed):
+  parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=10, alpha=0.1, seed=seed)
+  sizes, _, top_share = split_stats(parts)
+  # Over 300 seeds: size ratio >= 3.1 and mean top-class share >= 0.47 (0.60 on average); IID ~0.1.
+  assert sizes.max() / sizes.min() > 2
+  assert top_share.mean() > 0.4
+
+
+def test_small_alpha_top_class_share_averages_above_half():
+  shares = [split_stats(data.dirichlet_label_split(SPLIT_LABELS, num_clients=10, alpha=0.1,
+                                                   seed=seed))[2].mean() for seed in range(5)]
+  assert np.mean(shares) > 0.5  # 0.61 for these seeds.
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_large_alpha_gives_near_iid_near_equal_clients(seed):
+  parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=10, alpha=1000, seed=seed)
+  sizes, hist, top_share = split_stats(parts)
+  # Each p_ck = 0.1 +- 0.003 (std), so each count is 50 +- 1.5 and each size 500 +- 5 (observed
+  # worst over 50 seeds: share off by 0.009, size off by 14).
+  assert np.abs(sizes - 500).max() <= 40
+  assert np.abs(hist / sizes[:, None] - 0.1).max() < 0.03
+  assert top_share.mean() < 0.15
+
+
+def test_each_class_is_split_exactly():
+  parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=7, alpha=0.5, seed=2)
+  np.testing.assert_array_equal(label_hist(parts, SPLIT_LABELS).sum(axis=0), np.full(10, 500))
+
+
+def test_min_samples_per_client_is_respected():
+  # 20 clients at alpha 0.1: single draws often leave a client nearly empty, so the minimum binds.
+  for seed in range(5):
+    parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=20, alpha=0.1, seed=seed,
+                                       min_samples_per_client=25)
+    assert min(p.size for p in parts) >= 25
+    assert_exact_cover(parts, np.arange(SPLIT_LABELS.size))
+
+
+def test_min_samples_per_client_binds_for_some_seed():
+  # Without the re-draw, some of these draws would violate the minimum: proof that it is enforced.
+  unconstrained = [min(p.size for p in data.dirichlet_label_split(
+      SPLIT_LABELS, num_clients=20, alpha=0.1, seed=s, min_samples_per_client=1)) for s in range(5)]
+  assert min(unconstrained) < 25
+
+
+def test_num_samples_splits_a_random_subset():
+  parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=10, alpha=0.1, seed=0,
+                                     num_samples=1234)
+  flat = np.concatenate(parts)
+  assert flat.size == 1234 and np.unique(flat).size == 1234
+  assert flat.min() >= 0 and flat.max() < SPLIT_LABELS.size
+  # A random subset holds all 10 classes; the first 1,234 indices would hold only 3.
+  assert (label_hist([flat], SPLIT_LABELS) > 0).sum() == 10
+  again = data.dirichlet_label_split(SPLIT_LABELS, num_clients=10, alpha=0.1, seed=0,
+                                     num_samples=1234)
+  assert all(np.array_equal(x, y) for x, y in zip(parts, again))
+  whole = data.dirichlet_label_split(SPLIT_LABELS, num_clients=3, alpha=1.0, seed=0,
+                                     num_samples=SPLIT_LABELS.size)
+  assert_exact_cover(whole, np.arange(SPLIT_LABELS.size))
+
+
+def test_one_client_gets_everything():
+  parts = data.dirichlet_label_split(SPLIT_LABELS, num_clients=1, alpha=0.1, seed=0)
+  assert len(parts) == 1
+  assert_exact_cover(parts, np.arange(SPLIT_LABELS.size))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(num_clients=10, alpha=0), r"^alpha must be > 0 .*; got 0$"),
+    (dict(num_clients=10, alpha=-0.5), r"^alpha must be > 0 .*; got -0.5$"),
+    (dict(num_clients=10, alpha=float("nan")), r"^alpha must be > 0 .*; got nan$"),
+    (dict(num_clients=0, alpha=1.0), r"^num_clients must be >= 1; got 0$"),
+    (dict(num_clients=10, alpha=1.0, min_samples_per_client=0),
+     r"^min_samples_per_client must be >= 1 .*; got 0$"),
+    (dict(num_clients=10, alpha=1.0, num_samples=5001),
+     r"^num_samples must be in \[1, 5000\].*got 5001$"),
+    (dict(num_clients=10, alpha=1.0, num_samples=0), r"^num_samples must be in \[1, 5000\].*got 0$"),
+    (dict(num_clients=2501, alpha=1.0),
+     r"^2501 clients x >= 2 samples = 5002 samples, but the split has only 5000; "),
+    (dict(num_clients=10, alpha=1.0, num_samples=19),
+     r"^10 clients x >= 2 samples = 20 samples, but the split has only 19; "),
+])
+def test_label_split_bad_inputs_raise_naming_the_values(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    data.dirichlet_label_split(SPLIT_LABELS, seed=0, **kwargs)
+
+
+def test_label_split_gives_up_when_the_minimum_is_unreachable():
+  # 2 classes at alpha 0.001: each class lands almost whole on one client, so at most ~2 of 10
+  # clients are non-empty and no draw can give all 10 two samples.
+  labels = np.repeat(np.arange(2), 50)
+  with pytest.raises(ValueError, match=r"^dirichlet_label_split\(alpha=0.001, num_clients=10\): no "
+                                       r"draw in 1000 .*; use a larger alpha or fewer clients$"):
+    data.dirichlet_label_split(labels, num_clients=10, alpha=0.001, seed=0)
+
+
+def test_label_split_rejects_bad_labels():
+  with pytest.raises(ValueError, match="unlabeled"):
+    data.dirichlet_label_split(np.full(10, -1), num_clients=2, alpha=1, seed=0)
+  with pytest.raises(ValueError, match=r"1-D array; got shape \(2, 5\)"):
+    data.dirichlet_label_split(np.zeros((2, 5), np.int64), num_clients=2, alpha=1, seed=0)
+
+
+def test_dirichlet_split_is_a_listed_partition():
+  assert "dirichlet_split" in data.PARTITIONS

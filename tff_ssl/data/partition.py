@@ -1,13 +1,23 @@
-"""Deterministic partitions of a labeled image set into clients of a fixed size.
+"""Deterministic partitions of a labeled image set into clients.
 
-A partition is an int64 array `[num_clients, samples_per_client]` of indices into the dataset; no index
-appears twice. Both schemes draw every random choice from `np.random.default_rng(seed)`.
+Two shapes of partition, both holding indices into the dataset with no index appearing twice, and both
+drawing every random choice from `np.random.default_rng(seed)`:
+
+Fixed-size: an int64 array `[num_clients, samples_per_client]`.
 
   dirichlet_partition        each client's label mix ~ Dir(alpha * 1): alpha = 0 gives clients of one
                              class (DCCO's non-IID setting), large alpha (1000) near-IID clients.
   classes_per_client_partition
                              each client holds k distinct classes in near-equal shares (FedEMA's
                              "2 of 10 / 20 of 100 classes" setting).
+  iid_partition              uniformly random clients (works on unlabeled splits).
+
+Ragged: a list of `num_clients` 1-D int64 arrays of unequal lengths.
+
+  dirichlet_label_split      each class is split over the clients by proportions ~ Dir(alpha * 1)
+                             (Hsu et al. 2019; Flower's DirichletPartitioner), so clients differ in
+                             size as well as label mix (L-DAWA's cross-silo setting: 10 clients,
+                             alpha = 0.1). Every sample (of an optional random subset) is used.
 """
 
 from __future__ import annotations
@@ -187,3 +197,106 @@ def iid_partition(num_examples: int, *, num_clients: int, samples_per_client: in
   rng = np.random.default_rng(seed)
   idx = rng.permutation(num_examples)[:num_clients * samples_per_client]
   return idx.reshape(num_clients, samples_per_client).astype(np.int64)
+
+
+# Re-draws allowed before dirichlet_label_split gives up on `min_samples_per_client`.
+_MAX_SPLIT_ATTEMPTS = 1000
+
+
+def _largest_remainder(proportions: np.ndarray, total: int) -> np.ndarray:
+  """Integer counts summing to `total`, each the floor or ceiling of `proportions * total`.
+
+  The floors are topped up by one, largest fractional part first (ties to the lower index), so that
+  the split is exact and as close to `proportions * total` as integers allow.
+  """
+  exact = proportions * total
+  counts = np.floor(exact).astype(np.int64)
+  short = total - int(counts.sum())
+  if short > 0:
+    counts[np.argsort(-(exact - counts), kind="stable")[:short]] += 1
+  return counts
+
+
+def dirichlet_label_split(labels: np.ndarray, *, num_clients: int, alpha: float, seed: int,
+                          min_samples_per_client: int = 2,
+                          num_samples: int | None = None) -> list[np.ndarray]:
+  """Splits every class over the clients by Dirichlet proportions; clients differ in size.
+
+  For each class c with n_c samples, proportions p_c ~ Dir(alpha * 1_K) over the K clients are drawn
+  and client k receives round(p_c,k * n_c) of class c's samples (largest-remainder rounding, so the
+  n_c samples are split exactly). Small alpha gives clients dominated by a few classes and of very
+  unequal sizes; large alpha gives near-IID, near-equal clients. The whole draw is repeated, with the same
+  generator, until every client has at least `min_samples_per_client` samples.
+
+  Args:
+    labels: int array [N] of class labels >= 0.
+    num_clients: number of clients K (>= 1).
+    alpha: Dirichlet concentration (> 0; Dir(0) is undefined).
+    seed: seed of every random choice.
+    min_samples_per_client: fewest samples a client may hold (>= 1; the default 2 is what a
+      within-client SSL loss needs).
+    num_samples: if given, only a uniformly random subset of this many samples (1 <= num_samples <=
+      N) is split, e.g. for mini-scale experiments; None splits all N.
+
+  Returns:
+    `num_clients` int64 arrays of indices into `labels`, in a seeded random order within each client
+    (as the fixed-size partitions are, so a client's data is not grouped by class). Together they hold
+    every index of the (sub)set exactly once.
+
+  Raises:
+    ValueError: bad labels, alpha <= 0, no clients, num_samples outside [1, N], fewer samples than
+      num_clients * min_samples_per_client, or no draw meeting the minimum within
+      `_MAX_SPLIT_ATTEMPTS` attempts.
+  """
+  labels = np.asarray(labels)
+  if labels.ndim != 1:
+    raise ValueError(f"labels must be a 1-D array; got shape {labels.shape}")
+  if not 0 < alpha < np.inf:  # Also rejects NaN.
+    raise ValueError(f"alpha must be > 0 for dirichlet_label_split (Dir(0) is undefined; use e.g. "
+                     f"0.1 for strong skew, or dirichlet_partition for alpha=0); got {alpha}")
+  if num_clients < 1:
+    raise ValueError(f"num_clients must be >= 1; got {num_clients}")
+  if min_samples_per_client < 1:
+    raise ValueError(f"min_samples_per_client must be >= 1 (clients cannot be empty); got "
+                     f"{min_samples_per_client}")
+  if (labels < 0).any():
+    raise ValueError("labels must be >= 0 to partition by label; an unlabeled split can only be "
+                     "partitioned IID (use iid_partition)")
+  if num_samples is not None and not (isinstance(num_samples, (int, np.integer))
+                                     and 1 <= num_samples <= labels.shape[0]):
+    raise ValueError(f"num_samples must be in [1, {labels.shape[0]}] (the dataset's size) or None; "
+                     f"got {num_samples}")
+  rng = np.random.default_rng(seed)
+  if num_samples is None:
+    pool = np.arange(labels.shape[0], dtype=np.int64)
+  else:
+    pool = rng.permutation(labels.shape[0])[:num_samples].astype(np.int64)
+  needed = num_clients * min_samples_per_client
+  if needed > pool.size:  # No draw can succeed: fail now rather than after every attempt.
+    more = "" if num_samples is None else ", or raise num_samples"
+    raise ValueError(f"{num_clients} clients x >= {min_samples_per_client} samples = {needed} "
+                     f"samples, but the split has only {pool.size}; lower num_clients or "
+                     f"min_samples_per_client{more}")
+  # Each class's samples in a random order, fixed across attempts: the attempts redraw only the
+  # proportions, which decide where each class is cut.
+  pool_labels = labels[pool]
+  classes = [rng.permutation(pool[pool_labels == c]) for c in np.unique(pool_labels)]
+  for _ in range(_MAX_SPLIT_ATTEMPTS):
+    counts = np.empty((len(classes), num_clients), np.int64)
+    for i, members in enumerate(classes):
+      proportions = np.nan_to_num(rng.dirichlet(np.full(num_clients, float(alpha))), nan=0.0)
+      if proportions.sum() <= 0:  # Underflow at tiny alpha: all mass on one client.
+        proportions = np.zeros(num_clients)
+        proportions[rng.integers(num_clients)] = 1.0
+      counts[i] = _largest_remainder(proportions / proportions.sum(), members.size)
+    if counts.sum(axis=0).min() >= min_samples_per_client:
+      break
+  else:
+    raise ValueError(f"dirichlet_label_split(alpha={alpha}, num_clients={num_clients}): no draw in "
+                     f"{_MAX_SPLIT_ATTEMPTS} gave every client >= {min_samples_per_client} of the "
+                     f"{pool.size} samples; use a larger alpha or fewer clients")
+  parts = [[] for _ in range(num_clients)]
+  for members, class_counts in zip(classes, counts):
+    for k, chunk in enumerate(np.split(members, np.cumsum(class_counts)[:-1])):
+      parts[k].append(chunk)
+  return [rng.permutation(np.concatenate(chunks)).astype(np.int64) for chunks in parts]
