@@ -15,6 +15,7 @@ and of the TFF worker process (`worker_binary`), which holds the round's tensors
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import resource
 import statistics
@@ -111,7 +112,8 @@ def _process(scenario: Scenario, model: FunctionalModel, image_shape, simulation
     return DCCOProcess(model, image_shape, sgd, DCCOConfig(
         client_learning_rate=1.0, local_steps=scenario.local_steps, augment=AUGMENT), simulation)
   return FedAvgSSLProcess(model, image_shape, sgd, FedAvgSSLConfig(
-      loss=scenario.loss, client_learning_rate=0.1, local_steps=scenario.local_steps,
+      ssl="simclr" if scenario.loss == "nt_xent" else "barlow_twins", client_learning_rate=0.1,
+      local_steps=scenario.local_steps,
       augment=AUGMENT), simulation=simulation)
 
 
@@ -282,3 +284,159 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
       "broadcast_and_mean_only_s": best(lambda: round_trip(state.weights)),
       "server_step_s": best(lambda: process.finish_round(state, zero, 0.0, 1)),
   }
+
+
+# -- aggregation cost ------------------------------------------------------------------------------
+AGGREGATION_FIELDS = ("strategy", "clients", "parameters", "tff_process_s", "tff_process_ratio",
+                      "client_stage_s", "client_stage_ratio", "tff_total_s", "tff_make_values_s")
+
+
+def ldawa_model(image_shape) -> Callable[[], tf.keras.Model]:
+  """The L-DAWA paper's model: ResNet-18 (GroupNorm + WS here) + SimCLR projector [2048, 128]."""
+  def build():
+    enc = models.build_encoder("resnet18", image_shape, width=1.0, small_input=True)
+    x = tf.keras.Input(image_shape)
+    return tf.keras.Model(x, models.build_mlp_head(enc.output_shape[-1], (2048, 128))(enc(x)))
+  return build
+
+
+AGGREGATION_MODELS = {"resnet18": ldawa_model, "tiny": tiny_model}
+
+
+def _value_makers(specs, scales):
+  """Plain TF functions that make the clients' values cheaply (also run inside the TFF worker).
+
+  `make_global()`: a seeded global model w_g and a seeded direction D (1e-2 of each tensor's
+  scale), made once at the server and broadcast. `make_client(g, k)`: client k's update
+  Delta_k = a_k D + b_k 1e-2 w_g (a_k, b_k vary over k, so the clients' angles differ) and its
+  ClientInfo (N_k = 100 + 50 k, L_k = 5 + 0.1 k, the model w_g): two multiply-adds per parameter.
+  """
+  def make_global():
+    return collections.OrderedDict(
+        w=[s * tf.random.stateless_normal(spec.shape, [0, i])
+           for i, (spec, s) in enumerate(zip(specs, scales))],
+        d=[1e-2 * s * tf.random.stateless_normal(spec.shape, [1, i])
+           for i, (spec, s) in enumerate(zip(specs, scales))])
+
+  def make_client(g, k):
+    k_f = tf.cast(k, tf.float32)
+    a, b = tf.cos(0.3 * k_f), 1e-2 * (tf.sin(0.3 * k_f) + 0.5)
+    update = [a * d + b * w for d, w in zip(g["d"], g["w"])]
+    return collections.OrderedDict(update=update, info=collections.OrderedDict(
+        num_examples=100.0 + 50.0 * k_f, loss=5.0 + 0.1 * k_f, model=list(g["w"])))
+
+  return make_global, make_client
+
+
+def time_aggregation(model_builder, strategies, *, clients: int = 10, warmup: int = 2,
+                     repeats: int = 5, log=print) -> list[dict]:
+  """Median time of one aggregation of `clients` client updates by each strategy, two ways:
+
+    tff_process   the strategy's TFF aggregation process (`factory.create(...).next`) in the TFF
+                  worker, reference simulation (one TFF client per client; what a deployment runs):
+                  the per-client stage at CLIENTS, then the weighted mean at the server. The clients'
+                  values are made inside the worker (a seeded model broadcast, each client's
+                  update from its index), so that no 10 x 2 models cross from Python (≈ 35 s for
+                  ResNet-18, the same for every strategy); the time to make them (`tff_make_values_s`, the same computation without the
+                  aggregation) is subtracted from the total (`tff_total_s`).
+    client_stage  the per-client stage and the fold of every client into the weighted mean as one
+                  `tf.function` (what a grouped slot computes): the arithmetic alone.
+
+  Ratios are to the first strategy (FedAvg).
+  """
+  from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
+  tf.keras.utils.set_random_seed(0)
+  model = FunctionalModel(model_builder)
+  w_type = common.weights_type(model)
+  info_type = aggregators.client_info_type(w_type)
+  specs = list(model.weight_specs)
+  scales = [float(np.abs(w).mean()) + 1e-3 for w in model.initial_weights]
+  params = sum(int(np.prod(s.shape)) for s in specs)
+  make_global_tf, make_client_tf = _value_makers(specs, scales)
+  make_global = tff.tensorflow.computation(make_global_tf)
+  global_type = make_global.type_signature.result
+  make_client = tff.tensorflow.computation(make_client_tf, global_type, np.int32)
+
+  @tff.tensorflow.computation(make_client.type_signature.result)
+  def checksum_values(v):  # Forces the values to be made; returns one number.
+    return tf.add_n([tf.reduce_sum(u) for u in v["update"]] +
+                    [tf.reduce_sum(w) for w in v["info"]["model"]] + [v["info"]["loss"]])
+
+  @tff.tensorflow.computation(w_type)
+  def checksum_result(w):
+    return tf.add_n([tf.reduce_sum(t) for t in w])
+
+  def made_at_clients(ks):
+    g = tff.federated_broadcast(tff.federated_eval(make_global, tff.SERVER))
+    return tff.federated_map(make_client, (g, ks))
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def make_only(ks):
+    return tff.federated_sum(tff.federated_map(checksum_values, made_at_clients(ks)))
+
+  ks = list(range(clients))
+  g = make_global_tf()  # The same values in Python, for the client-stage timing.
+  updates_t = [make_client_tf(g, k)["update"] for k in ks]
+  global_t = list(g["w"])
+  make_s = _median_time(lambda r: make_only(ks), warmup, repeats)
+  log(f"  making {clients} clients' values in the TFF worker: {make_s:.3f} s")
+  rows = []
+  for name in strategies:
+    factory = aggregators.AggregatorConfig(name=name).build(model)
+    process = factory.create(w_type, info_type)
+
+    aggregate = _aggregate_made_values(process, made_at_clients, checksum_result)
+    state = process.initialize()
+    total_s = _median_time(lambda r, aggregate=aggregate: aggregate(state, ks), warmup, repeats)
+    fold = _fold_function(factory, specs, clients)
+    n = tf.constant([100.0 + 50.0 * k for k in ks])
+    losses_t = tf.constant([5.0 + 0.1 * k for k in ks])
+    stage_s = _median_time(lambda r, fold=fold: fold(updates_t, global_t, n, losses_t)[0].numpy(),
+                           warmup, repeats)
+    rows.append({"strategy": name, "clients": clients, "parameters": params,
+                 "tff_process_s": max(total_s - make_s, 0.0), "client_stage_s": stage_s,
+                 "tff_total_s": total_s, "tff_make_values_s": make_s})
+    log(f"  {name}: TFF process {total_s - make_s:.3f} s (total {total_s:.3f} s), client stage "
+        f"{stage_s:.3f} s")
+  for row in rows:
+    row["tff_process_ratio"] = row["tff_process_s"] / max(rows[0]["tff_process_s"], 1e-9)
+    row["client_stage_ratio"] = row["client_stage_s"] / rows[0]["client_stage_s"]
+  return rows
+
+
+def _aggregate_made_values(process, made_at_clients, checksum_result):
+  """One aggregation by `process` of values made at CLIENTS from their index; returns a checksum."""
+  @tff.federated_computation(process.initialize.type_signature.result,
+                             tff.FederatedType(np.int32, tff.CLIENTS))
+  def aggregate(state, ks):
+    values = made_at_clients(ks)
+    out = process.next(state, values.update, values.info)
+    return tff.federated_map(checksum_result, out.result)
+  return aggregate
+
+
+def _fold_function(factory, specs, clients: int):
+  """A grouped slot's arithmetic: every client's stage folded into the weighted mean."""
+  from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
+
+  @tf.function
+  def fold(updates_t, global_t, n, losses_t):
+    acc = factory.initial_accumulator(specs)
+    for k in range(clients):
+      c = factory.contribution(updates_t[k], aggregators.ClientInfo(n[k], losses_t[k], global_t),
+                               tf.constant(0))
+      acc = factory.accumulate(acc, c.value, c.log_weight, c.stats)
+    return acc.value
+  return fold
+
+
+def format_aggregation_table(rows: list[dict]) -> str:
+  lines = [f"Aggregation of {rows[0]['clients']} client updates of {rows[0]['parameters']:,} "
+           f"parameters (median; TFF process: net of {rows[0]['tff_make_values_s']:.3f} s to make "
+           f"the clients' values in the worker):", "",
+           "| strategy | TFF aggregation process s | ÷ FedAvg | client stage + mean (tf.function) s "
+           "| ÷ FedAvg |", "|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['strategy']} | {r['tff_process_s']:.3f} | {r['tff_process_ratio']:.2f} | "
+                 f"{r['client_stage_s']:.3f} | {r['client_stage_ratio']:.2f} |")
+  return "\n".join(lines)

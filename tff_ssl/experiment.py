@@ -35,35 +35,60 @@ from tff_ssl.training import PretrainConfig, pretrain
 
 
 CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
-FEDERATED_FIELDS = ("rounds", "num_clients", "samples_per_client", "alpha", "clients_per_round",
-                    "local_steps", "client_optimizer", "client_learning_rate", "server_optimizer",
-                    "server_learning_rate", "checkpoint_every", "simulation", "group_size")
+FEDERATED_FIELDS = ("rounds", "num_clients", "partition", "samples_per_client", "split_samples",
+                    "alpha", "clients_per_round", "local_steps", "client_optimizer",
+                    "client_learning_rate", "server_optimizer", "server_learning_rate",
+                    "server_lr_schedule", "checkpoint_every", "simulation", "group_size")
+# Read by FedAvg-style methods only (DCCO's update aggregation is its N_k-weighted mean).
+FEDAVG_FIELDS = ("aggregator", "aggregator_granularity", "scale_normalization",
+                 "fedavg_warmup_rounds", "measure_divergence", "local_batch_size",
+                 "client_weight_decay")
+# Hyperparameters of each loss / SSL method.
+LOSS_FIELDS = {"cco": ("cco_lambda",), "nt_xent": ("temperature",),
+               "byol": ("target_decay", "predictor"), "simsiam": ("predictor",)}
 
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  loss: str
+  loss: str  # "cco", "nt_xent", "byol", "simsiam" or "" (supervised).
   federated: bool
   process: str = ""  # "dcco" or "fedavg" for federated methods.
 
   @property
+  def ssl(self) -> str:
+    """The client SSL method (`tff_ssl.ssl`) of a FedAvg-style method."""
+    return {"cco": "barlow_twins", "nt_xent": "simclr"}.get(self.loss, self.loss)
+
+  @property
   def own_fields(self) -> tuple[str, ...]:
     """Config fields only some methods read; setting one for another method is an error."""
-    loss_field = {"cco": ("cco_lambda",), "nt_xent": ("temperature",)}.get(self.loss, ())
-    return loss_field + (FEDERATED_FIELDS if self.federated else CENTRALIZED_FIELDS)
+    fields = LOSS_FIELDS.get(self.loss, ())
+    if not self.federated:
+      return fields + CENTRALIZED_FIELDS
+    return fields + FEDERATED_FIELDS + (FEDAVG_FIELDS if self.process == "fedavg" else ())
 
 
 METHODS: dict[str, Method] = {
     "centralized_cco": Method(loss="cco", federated=False),
     "centralized_simclr": Method(loss="nt_xent", federated=False),
     "dcco": Method(loss="cco", federated=True, process="dcco"),
+    # FedAvg-style training with a client SSL method (tff_ssl.ssl) and any aggregation strategy
+    # (--aggregator, tff_ssl.aggregators). fedavg_cco is Barlow Twins (the CCO loss).
     "fedavg_cco": Method(loss="cco", federated=True, process="fedavg"),
     "fedavg_simclr": Method(loss="nt_xent", federated=True, process="fedavg"),
+    "fedavg_byol": Method(loss="byol", federated=True, process="fedavg"),
+    "fedavg_simsiam": Method(loss="simsiam", federated=True, process="fedavg"),
     # Supervised training from scratch on the labeled fraction: the tables' lower baseline.
     "supervised": Method(loss="", federated=False),
 }
 # Fields owned by some method; a method may set only its own.
 METHOD_SPECIFIC_FIELDS = tuple(sorted({f for m in METHODS.values() for f in m.own_fields}))
+# Partitions of the training split into clients: "dirichlet" (num_clients x samples_per_client,
+# each client's labels ~ Dir(alpha)) or "dirichlet_split" (every class split over the clients by
+# Dir(alpha) proportions: clients of unequal size, the L-DAWA paper's; split_samples > 0 splits a
+# random subset of that many images).
+PARTITIONS = {"dirichlet": ("samples_per_client",), "dirichlet_split": ("split_samples",)}
+SERVER_LR_SCHEDULES = ("cosine", "constant")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +103,10 @@ class ExperimentConfig:
   width: float = 1.0
   stem_stride: int = 1  # 2: the 3x3 stem halves 28-32 px inputs (a quarter of the compute).
   projector: tuple[int, ...] = (512, 512, 512)
+  # BYOL / SimSiam predictor head sizes (its last must equal the projector's); () gives
+  # (512, projector[-1]).
+  predictor: tuple[int, ...] = ()
+  target_decay: float = 0.99  # BYOL: EMA decay of the target network over local steps.
   steps: int = 300
   batch_size: int = 256
   optimizer: str = "adam"
@@ -89,14 +118,26 @@ class ExperimentConfig:
   # Federated methods.
   rounds: int = 100
   num_clients: int = 6000
+  partition: str = "dirichlet"
   samples_per_client: int = 1
+  split_samples: int = 0  # dirichlet_split: split this many random images (0: the whole split).
   alpha: float = 0.0
   clients_per_round: int = 64
-  local_steps: int = 1
+  local_steps: int = 1  # FedAvg-style: local epochs (full-batch steps when local_batch_size = 0).
+  local_batch_size: int = 0  # FedAvg-style: 0 = each client's whole data as one batch.
   client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0
+  client_weight_decay: float = 0.0
+  # FedAvg-style: the aggregation strategy (tff_ssl.aggregators) and its options.
+  aggregator: str = "fedavg"
+  aggregator_granularity: str = "layer"  # L-DAWA family: Keras layers or single tensors.
+  scale_normalization: bool = False  # L-DAWA family: scale GroupNorm tensors too (authors' code).
+  fedavg_warmup_rounds: int = 0  # DAWA family: plain FedAvg first (authors' code).
+  measure_divergence: bool = False  # Non-DAWA strategies: report the mean client-global cosine.
   server_optimizer: str = "adam"
   server_learning_rate: float = 2e-3
+  # "cosine": decayed to 0 over the rounds (DCCO); "constant" (FedAvg's server step of 1).
+  server_lr_schedule: str = "cosine"
   eval_every: int = 0  # Rounds between linear probes (0: only at the end).
   checkpoint_every: int = 10  # Rounds between checkpoints (a SavedModel write costs seconds).
   # "grouped": real clients packed into TFF client slots (exact, near-centralized cost);
@@ -155,6 +196,52 @@ class ExperimentConfig:
       raise ValueError(f"eval_label_fraction must be in (0, 1]; got {self.eval_label_fraction}")
     if not self.projector or min(self.projector) < 1:
       raise ValueError(f"projector sizes must be positive; got {list(self.projector)}")
+    object.__setattr__(self, "predictor", tuple(int(s) for s in self.predictor))
+    if self.predictor and (min(self.predictor) < 1 or self.predictor[-1] != self.projector[-1]):
+      raise ValueError(f"predictor sizes must be positive and end at the projector's output "
+                       f"{self.projector[-1]}; got {list(self.predictor)}")
+    if not 0 <= self.target_decay < 1:
+      raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
+    _choice("partition", self.partition, PARTITIONS)
+    _choice("server_lr_schedule", self.server_lr_schedule, SERVER_LR_SCHEDULES)
+    if self.split_samples < 0:
+      raise ValueError(f"split_samples must be >= 0 (0: the whole split); got {self.split_samples}")
+    if self.partition == "dirichlet_split" and not self.alpha > 0:
+      raise ValueError(f"the dirichlet_split partition needs alpha > 0; got {self.alpha} (alpha = 0, "
+                       f"one class per client, is the dirichlet partition's)")
+    if self.local_batch_size < 0 or self.local_batch_size == 1:
+      raise ValueError(f"local_batch_size must be 0 (full batch) or >= 2; got "
+                       f"{self.local_batch_size}")
+    if self.client_weight_decay < 0:
+      raise ValueError(f"client_weight_decay must be >= 0; got {self.client_weight_decay}")
+    self._check_aggregator()
+
+  def _check_aggregator(self) -> None:
+    from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
+    aggregators.AggregatorConfig(**self.aggregator_options())  # Names and values.
+    options = {"aggregator_granularity": (self.aggregator_granularity != "layer",
+                                          aggregators.LAYERWISE),
+               "scale_normalization": (self.scale_normalization, aggregators.LAYERWISE),
+               "fedavg_warmup_rounds": (self.fedavg_warmup_rounds != 0,
+                                        aggregators.DIVERGENCE_AWARE),
+               "measure_divergence": (self.measure_divergence,
+                                      tuple(a for a in aggregators.AGGREGATORS
+                                            if a not in aggregators.DIVERGENCE_AWARE))}
+    for name, (set_, readers) in options.items():
+      if set_ and self.aggregator not in readers:
+        raise ValueError(f"{name} is not used by aggregator {self.aggregator!r}; it is read by "
+                         f"{list(readers)}")
+
+  def aggregator_options(self) -> dict[str, Any]:
+    """The `tff_ssl.aggregators.AggregatorConfig` fields of this run."""
+    return dict(name=self.aggregator, granularity=self.aggregator_granularity,
+                scale_normalization=self.scale_normalization,
+                fedavg_warmup_rounds=self.fedavg_warmup_rounds,
+                measure_divergence=self.measure_divergence)
+
+  @property
+  def predictor_sizes(self) -> tuple[int, ...]:
+    return self.predictor or (512, self.projector[-1])
 
   def check_fields_for_method(self, fields_set: set[str] | list[str]) -> None:
     """Raises ValueError if a field in `fields_set` belongs to a method other than `self.method`."""
@@ -163,6 +250,11 @@ class ExperimentConfig:
     if stray:
       raise ValueError(f"--{stray[0]} is not used by method {self.method!r}; remove it (it is read "
                        f"by {[m for m, spec in METHODS.items() if stray[0] in spec.own_fields]})")
+    for partition, fields in PARTITIONS.items():
+      stray = sorted(f for f in fields_set if f in fields and partition != self.partition)
+      if stray:
+        raise ValueError(f"--{stray[0]} is not used by partition {self.partition!r}; remove it (it "
+                         f"is read by partition {partition!r})")
 
   def build_encoder(self, image_shape) -> tf.keras.Model:
     """A freshly initialized encoder of this config for images of `image_shape` (H, W, C)."""

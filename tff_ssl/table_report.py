@@ -14,7 +14,8 @@ CSV_FIELDS = ("evaluation", "row", "column", "group", "total_clients", "samples_
               "clients_per_round", "ours", "paper", "status", "learning_rate")
 
 
-def _fmt(value) -> str:
+def fmt(value) -> str:
+  """A fraction as a percentage with one decimal (a string passes through; None is empty)."""
   if value is None:
     return ""
   if isinstance(value, str):
@@ -37,10 +38,10 @@ def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
       for column in targets:
         ckey = column.key if column else ""
         rec = {"evaluation": e.key, "row": row.key, "column": ckey,
-               "group": column.group if column else "", "total_clients":
-               column.num_clients if column else "", "samples_per_client":
-               column.samples_per_client if column else "", "clients_per_round":
-               column.clients_per_round if column else "",
+               "group": column.group if column else "",
+               "total_clients": column.num_clients or "" if column else "",
+               "samples_per_client": column.samples_per_client or "" if column else "",
+               "clients_per_round": column.clients_per_round or "" if column else "",
                "paper": table.paper.get((e.key, row.key, ckey)), "ours": None, "status": "",
                "learning_rate": ""}
         if row.federated and (row.key, ckey) in skipped:
@@ -75,7 +76,7 @@ def _markdown(table: Table, records, choices, random_acc, timing) -> str:
   by = {(r["evaluation"], r["row"], r["column"]): r for r in records}
   for e in table.evaluations:
     w(f"## {e.name}\n\n")
-    w("| total clients / samples per client / clients per round | " +
+    w(f"| {table.column_heading} | " +
       " | ".join(header[1:]) + " |\n")
     w("|---" * len(header) + "|\n")
     for row in table.rows:
@@ -89,7 +90,7 @@ def _markdown(table: Table, records, choices, random_acc, timing) -> str:
         cells = [_cell_text(rec)] + [""] * (len(table.columns) - 1)
       w(f"| {row.name} | " + " | ".join(cells) + " |\n")
     w("\n")
-  w(f"Linear probe of the encoder at random initialization: {_fmt(random_acc)}.\n\n")
+  w(f"Linear probe of the encoder at random initialization: {fmt(random_acc)}.\n\n")
   w("## Learning rates\n\n")
   if choices:
     w("Chosen per row on a validation split held out of the training data (never the test split); "
@@ -99,7 +100,7 @@ def _markdown(table: Table, records, choices, random_acc, timing) -> str:
     for row in table.rows:
       if row.key in choices:
         ch = choices[row.key]
-        scores = ", ".join(f"{lr}: {_fmt(s) if s >= 0 else FAILED}"
+        scores = ", ".join(f"{lr}: {fmt(s) if s >= 0 else FAILED}"
                            for lr, s in ch["validation_linear_probe"].items())
         if ch.get("selected_with"):
           scores = f"{table.row(ch['selected_with']).name}'s choice ({scores})"
@@ -118,7 +119,7 @@ def _markdown(table: Table, records, choices, random_acc, timing) -> str:
     for n in notes:
       w(f"- {n}\n")
   w("\n## Checks\n\n")
-  for line in checks(table, records):
+  for line in (table.checks(table, records) if table.checks else []):
     w(f"- {line}\n")
   inv = timing.get("invocations", [])
   w(f"\nRun time: {sum(inv) / 60:.1f} min over {len(inv)} invocation(s) of bin/reproduce "
@@ -136,40 +137,7 @@ def _cell_text(rec) -> str:
     return f"**failed**{paper}"
   if rec["ours"] is None:
     return f"…{paper}"
-  return f"**{_fmt(rec['ours'])}**{paper}"
-
-
-def checks(table: Table, records) -> list[str]:
-  """The paper's claims on this grid, checked on our numbers (non-IID columns, primary probe)."""
-  e = table.evaluations[0].key
-  rec = {(r["row"], r["column"]): r for r in records if r["evaluation"] == e}
-  rows = {r.key: r for r in table.rows}
-  lines = []
-  dcco = [k for k, r in rows.items() if r.config.method == "dcco"]
-  fedavg = [k for k, r in rows.items() if r.config.method.startswith("fedavg")]
-  central = [k for k, r in rows.items() if r.config.method == "centralized_cco"]
-  for c in table.columns:
-    if c.group != "non-IID" or not dcco or (dcco[0], c.key) not in rec:
-      continue
-    d = rec[(dcco[0], c.key)]["ours"]
-    if d is None:
-      continue
-    rivals = []  # (name, accuracy or None when the run failed)
-    for k in fedavg:
-      r = rec.get((k, c.key))
-      if r and (r["ours"] is not None or r["status"].startswith(FAILED)):
-        rivals.append((rows[k].name, r["ours"]))
-    if rivals:
-      beaten = all(v is None or d > v for _, v in rivals)
-      lines.append(f"non-IID {c.label}: DCCO {_fmt(d)} vs " + ", ".join(
-          f"{n} {_fmt(v) if v is not None else 'failed'}" for n, v in rivals) + (
-              " — DCCO beats every FedAvg variant" if beaten else
-              " — **DCCO does not beat every FedAvg variant**"))
-    if c.samples_per_client == 1 and central and rec.get((central[0], ""), {}).get("ours"):
-      gap = 100 * (rec[(central[0], "")]["ours"] - d)
-      lines.append(f"non-IID {c.label}: centralized CCO − DCCO = {gap:+.1f} points "
-                   f"({'within' if abs(gap) <= 3 else '**outside**'} 3)")
-  return lines
+  return f"**{fmt(rec['ours'])}**{paper}"
 
 
 def plot(table: Table, output_dir: str, todo, results, random_acc) -> str:

@@ -9,7 +9,8 @@ A `Table` is a grid of cells; `tff_ssl.reproduce` runs them and renders `table.m
             label fraction. `learning_rates`: candidates chosen on a validation split held out of the
             training data (pilot runs on the table's selection column), never on the test split.
   Column    a partition of the training split: total clients / samples per client / clients per round,
-            Dirichlet alpha (0: one class per client; 1000: IID).
+            Dirichlet alpha (0: one class per client; 1000: IID); and/or other config fields the
+            column sets (`overrides`: e.g. the SSL method of the L-DAWA table's columns).
   Evaluation a protocol on the pretrained encoder: linear probe or full fine-tuning on a label fraction.
 """
 
@@ -17,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Union
+from typing import Any, Callable, Mapping, Union
 
 from tff_ssl import evaluation
+from tff_ssl import ssl as ssl_lib
 from tff_ssl.experiment import METHODS, ExperimentConfig
 
 FAILED = "FAILED"  # The paper's entry for a run that trained unstably.
@@ -30,20 +32,36 @@ WITHIN_CLIENT_NEEDS_TWO = ("within-client loss needs >= 2 samples per client "
 
 @dataclasses.dataclass(frozen=True)
 class Column:
+  """A column of the grid: the partition fields it sets (0 / None: the row's own) and any other
+  config fields (`overrides`, pairs of field name and value)."""
+
   key: str
-  group: str  # "non-IID" or "IID".
-  num_clients: int
-  samples_per_client: int
-  clients_per_round: int
-  alpha: float
+  group: str  # "non-IID" or "IID"; or any heading shared by neighbouring columns.
+  num_clients: int = 0
+  samples_per_client: int = 0
+  clients_per_round: int = 0
+  alpha: float | None = None
+  overrides: tuple[tuple[str, Any], ...] = ()
+  title: str = ""  # The column's heading (default: clients / samples per client / per round).
 
   @property
   def label(self) -> str:
+    if self.title:
+      return self.title
     return f"{self.num_clients:,} / {self.samples_per_client} / {self.clients_per_round}"
 
   @property
   def global_batch(self) -> int:
     return self.samples_per_client * self.clients_per_round
+
+  def apply(self, config: ExperimentConfig) -> ExperimentConfig:
+    """`config` with this column's fields set."""
+    fields = {name: getattr(self, name) for name in ("num_clients", "samples_per_client",
+                                                     "clients_per_round")
+              if getattr(self, name)}
+    if self.alpha is not None:
+      fields["alpha"] = self.alpha
+    return dataclasses.replace(config, **fields, **dict(self.overrides))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +88,10 @@ class Row:
 
   def skip_reason(self, column: Column) -> str | None:
     """Why this row has no result in `column` (None: it runs)."""
-    if (self.federated and METHODS[self.config.method].process == "fedavg" and
-        column.samples_per_client < 2):
+    config = column.apply(self.config)
+    method = METHODS[config.method]
+    if (method.federated and method.process == "fedavg" and config.partition == "dirichlet" and
+        config.samples_per_client < ssl_lib.get(method.ssl).min_samples):
       return WITHIN_CLIENT_NEEDS_TWO
     return None
 
@@ -110,6 +130,9 @@ class Table:
   pilot_fraction: float = 0.25  # Pilot length as a fraction of the row's rounds (steps).
   notes: tuple[str, ...] = ()
   max_rounds: int = 0  # > 0: a capped smoke run of the grid (see `capped`).
+  # The paper's claims as checks on our numbers: (table, records of table_report.collect) -> lines.
+  checks: Callable[["Table", list], list[str]] | None = None
+  column_heading: str = "total clients / samples per client / clients per round"
 
   def __post_init__(self):
     keys = [r.key for r in self.rows]
@@ -145,14 +168,12 @@ class Table:
     probe = self.evaluations[0].protocol
     fields = dict(eval_label_fraction=probe.label_fraction, eval_steps=probe.steps,
                   eval_learning_rate=probe.learning_rate, eval_every=self.curve_every)
-    if column is not None:
-      fields.update(num_clients=column.num_clients, samples_per_client=column.samples_per_client,
-                    clients_per_round=column.clients_per_round, alpha=column.alpha)
     if learning_rate is None and len(row.learning_rates) == 1:
       learning_rate = row.learning_rates[0]
     if learning_rate is not None:
       fields[row.lr_field] = learning_rate
-    return dataclasses.replace(row.config, **fields)
+    config = column.apply(row.config) if column is not None else row.config
+    return dataclasses.replace(config, **fields)
 
   def pilot_config(self, row: Row, learning_rate: float, num_pilot_train: int) -> ExperimentConfig:
     """A shortened run of `row` at `learning_rate` on train minus the validation split, scored on it.
@@ -180,11 +201,12 @@ class Table:
 
   def capped(self, max_rounds: int) -> "Table":
     """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps
-    (a smoke run of the grid, e.g. the paper scale on new hardware)."""
+    (and local epochs), a smoke run of the grid, e.g. the paper scale on new hardware."""
     def cap_row(row: Row) -> Row:
       c = row.config
       return dataclasses.replace(row, config=dataclasses.replace(
           c, rounds=min(c.rounds, max_rounds), steps=min(c.steps, max_rounds),
+          local_steps=min(c.local_steps, max_rounds),
           checkpoint_every=min(c.checkpoint_every, max_rounds)))
     evals = tuple(dataclasses.replace(e, protocol=dataclasses.replace(
         e.protocol, steps=min(e.protocol.steps, max_rounds))) for e in self.evaluations)

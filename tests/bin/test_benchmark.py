@@ -35,3 +35,20 @@ def test_benchmark_rejects_unknown_scenario(tmp_path):
   assert proc.returncode == 2
   assert proc.stderr.strip().count("\n") == 0 and "unknown scenario 'dcco_1x1'" in proc.stderr
   assert not out.exists()
+
+
+def test_aggregation_benchmark_writes_every_strategy(tmp_path):
+  out = tmp_path / "agg.csv"
+  proc = run("--aggregation", "--aggregation_model=tiny", "--dataset=synthetic",
+             "--strategies=fedavg,mdawa,ldawa,ldawa_loss", "--clients=3", "--rounds=1",
+             "--warmup=1", f"--output_csv={out}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "| ldawa_loss |" in proc.stdout
+  rows = list(csv.DictReader(open(out)))
+  assert [r["strategy"] for r in rows] == ["fedavg", "mdawa", "ldawa", "ldawa_loss"]
+  assert float(rows[0]["tff_process_ratio"]) == 1.0
+  for r in rows:
+    assert float(r["tff_process_s"]) > 0 and float(r["client_stage_s"]) > 0
+  proc = run("--aggregation", "--strategies=fedprox", f"--output_csv={tmp_path / 'x.csv'}",
+             timeout=120)
+  assert proc.returncode == 2 and "unknown strategy 'fedprox'" in proc.stderr

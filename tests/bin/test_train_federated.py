@@ -33,6 +33,29 @@ def test_fedavg_smoke(tmp_path):
   assert all(float(x) > 0 for row in resources[1:] for x in row[1:])
 
 
+def test_any_ssl_method_with_any_aggregator(tmp_path):
+  """BYOL clients, L-DAWA_Loss aggregation, unequal clients from a Dirichlet label split, mini-batch
+  local epochs with weight decay: the L-DAWA paper's setting in miniature."""
+  out = tmp_path / "byol_ldawa"
+  proc = train(out, "--method=fedavg_byol", "--aggregator=ldawa_loss", "--fedavg_warmup_rounds=1",
+               "--partition=dirichlet_split", "--alpha=0.1", "--num_clients=4",
+               "--split_samples=64", "--clients_per_round=4", "--rounds=2", "--local_steps=2",
+               "--local_batch_size=8", "--client_optimizer=sgdm", "--client_learning_rate=0.03",
+               "--client_weight_decay=1e-4", "--projector=32,16", "--predictor=32,16")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "pretrained (fedavg_byol, 2 rounds)" in proc.stdout
+  rows = [r.split(",") for r in (out / "aggregation.csv").read_text().splitlines()]
+  header = rows[0]
+  assert len(rows) == 3 and "model_delta" in header and "max_weight" in header
+  assert any(h.startswith("layer_delta/") and "predictor" in h for h in header), header
+  warmup = header.index("fedavg_warmup")
+  assert [float(r[warmup]) for r in rows[1:]] == [1.0, 0.0]
+  deltas = [float(x) for r in rows[1:] for h, x in zip(header, r) if h.startswith("layer_delta/")]
+  assert all(-1.0 <= d <= 1.0 for d in deltas)
+  hparams = json.loads((out / "hparams.json").read_text())
+  assert hparams["aggregator"] == "ldawa_loss" and hparams["partition"] == "dirichlet_split"
+
+
 def test_reference_and_grouped_simulation_give_the_same_losses(tmp_path):
   procs = {mode: train(tmp_path / mode, "--rounds=2", "--clients_per_round=64",
                        f"--simulation={mode}", "--group_size=24")
@@ -80,6 +103,18 @@ def test_same_seed_same_metrics_and_resume_after_sigkill(tmp_path):
     (["--method=fedavg_cco", "--samples_per_client=1"], "needs >= 2 samples per client"),
     (["--simulation=naive"], "value should be one of <grouped|reference>"),
     (["--group_size=-1"], "group_size"),
+    (["--aggregator=ldawa"], "--aggregator is not used by method 'dcco'"),
+    (["--method=fedavg_simclr", "--samples_per_client=4", "--scale_normalization"],
+     "scale_normalization is not used by aggregator 'fedavg'"),
+    (["--method=fedavg_simclr", "--partition=dirichlet_split", "--alpha=0.1",
+      "--samples_per_client=4"], "--samples_per_client is not used by partition 'dirichlet_split'"),
+    (["--method=fedavg_simclr", "--samples_per_client=4", "--predictor=8,32"],
+     "--predictor is not used by method 'fedavg_simclr'"),
+    (["--method=fedavg_byol", "--samples_per_client=4", "--predictor=8,5"],
+     "predictor sizes must be positive and end at the projector's output 32"),
+    (["--method=fedavg_simclr", "--partition=dirichlet_split", "--alpha=0.1",
+      "--num_clients=1500"],
+     "3000 samples, but the split has only 2000; lower num_clients"),
 ])
 def test_bad_federated_input(tmp_path, args, message):
   out = tmp_path / "run"

@@ -110,7 +110,7 @@ def test_fedavg_cco_round_is_not_the_centralized_step(model):
   images, clients = make_clients([2, 3, 4, 7])  # Within-client CCO needs >= 2 images.
   grad = centralized_gradient(model, model.initial_weights, images)
   process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-                             FedAvgSSLConfig(loss="cco", client_learning_rate=ETA, augment=AUGMENT,
+                             FedAvgSSLConfig(ssl="barlow_twins", client_learning_rate=ETA, augment=AUGMENT,
                                              seed=SEED))
   state = process.initialize()
   new_state, _ = process.next(state, clients)
@@ -160,7 +160,7 @@ def test_dcco_type_signatures(model):
 def test_fedavg_update_is_the_nk_weighted_mean_of_client_updates(model):
   _, clients = make_clients([2, 6])
   process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-                             FedAvgSSLConfig(loss="nt_xent", client_learning_rate=ETA,
+                             FedAvgSSLConfig(ssl="simclr", client_learning_rate=ETA,
                                              augment=AUGMENT, seed=SEED),
                              simulation=Simulation(mode="reference"))
   sig = process.run_round.type_signature
@@ -179,7 +179,7 @@ def test_fedavg_rejects_one_image_clients_and_unweighted_factories(model):
   process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0))
   with pytest.raises(ValueError, match="needs >= 2 images per client; got a client with 1"):
     process.next(process.initialize(), clients)
-  with pytest.raises(TypeError, match="WeightedAggregationFactory"):
+  with pytest.raises(ValueError, match="needs a tff_ssl.aggregators strategy; got SumFactory"):
     FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
                      aggregation_factory=tff.aggregators.SumFactory())
 

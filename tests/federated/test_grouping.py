@@ -13,14 +13,17 @@ clients or smooth images, merely reversing the order of the clients in reference
 CCO over fewer images than dimensions is 8e-4 away from its float64 value in either mode.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import models
+from tff_ssl import aggregators, models
+from tff_ssl import ssl as ssl_lib
 from tff_ssl.data import AugmentConfig
-from tff_ssl.federated import common, grouping
+from tff_ssl.federated import common, fedavg, grouping
 from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
@@ -30,7 +33,10 @@ SHAPE = (12, 12, 1)
 AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
 SEED = 5
 REFERENCE = Simulation(mode="reference")
-LR = {"cco": 1e-4, "nt_xent": 0.05}  # See the module docstring.
+# Client learning rates that keep a round a small step (see the module docstring); CCO gradients are
+# ~100x NT-Xent's.
+LR = {"cco": 1e-4, "nt_xent": 0.05, "barlow_twins": 1e-4, "simclr": 0.05, "byol": 0.05,
+      "simsiam": 0.05}
 
 
 def build_keras():
@@ -49,10 +55,28 @@ def build_keras():
   return tf.keras.Model(x, models.build_mlp_head(64, [64, 32])(h))
 
 
-@pytest.fixture(scope="module")
-def model():
+def build_keras_with_predictor():
+  """The same encoder and projector, plus a predictor head (BYOL, SimSiam): outputs (z, p)."""
+  base = build_keras()
+  p = models.build_mlp_head(32, [64, 32], name="predictor")(base.output)
+  return tf.keras.Model(base.input, [base.output, p])
+
+
+@functools.lru_cache(maxsize=None)
+def plain_model():
   tf.keras.utils.set_random_seed(1)
   return FunctionalModel(build_keras)
+
+
+@functools.lru_cache(maxsize=None)
+def predictor_model():
+  tf.keras.utils.set_random_seed(1)
+  return FunctionalModel(build_keras_with_predictor)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return plain_model()
 
 
 def structured_images(rng, n):
@@ -78,11 +102,16 @@ def rounds_of_clients(sizes_per_round, seed=0):
   return out
 
 
-def run_two_rounds(process, rounds):
-  """Each round's aggregated update and loss, every round starting from the process's own state."""
+def run_two_rounds(process, rounds, states=None, record=None):
+  """Each round's aggregated update and loss, every round starting from the process's own state
+  (or from `states[r]`, to compare two processes round by round from the same state); the states
+  each round started from are appended to `record`."""
   state = process.initialize()
   updates, losses = [], []
-  for clients in rounds:
+  for r, clients in enumerate(rounds):
+    state = states[r] if states is not None else state
+    if record is not None:
+      record.append(state)
     out = process.compute_update(state, clients)
     updates.append([np.asarray(u) for u in out["update"]])
     losses.append(out["loss"])
@@ -121,14 +150,18 @@ def test_dcco_grouped_equals_reference(model, steps, simulation):
   assert_same_rounds(got, want)
 
 
-@pytest.mark.parametrize("loss,steps,simulation", [
-    ("cco", 1, Simulation()),  # Batched pass, per-client CCO on the batched projections.
-    ("nt_xent", 1, Simulation(group_size=3)),
-    ("cco", 3, Simulation()),  # Several local steps: the per-client loop.
-    ("nt_xent", 2, Simulation(group_size=2)),
+@pytest.mark.parametrize("ssl,steps,simulation", [
+    ("barlow_twins", 1, Simulation()),  # Batched pass, per-client CCO on the batched projections.
+    ("simclr", 1, Simulation(group_size=3)),
+    ("barlow_twins", 3, Simulation()),  # Several local steps: the per-client loop.
+    ("simclr", 2, Simulation(group_size=2)),
+    ("byol", 1, Simulation()),  # Predictor head; at one step the target is the online network.
+    ("byol", 2, Simulation(group_size=2)),  # The EMA target moves within local training.
+    ("simsiam", 1, Simulation(group_size=3)),
 ])
-def test_fedavg_grouped_equals_reference(model, loss, steps, simulation):
-  config = FedAvgSSLConfig(loss=loss, client_learning_rate=LR[loss], local_steps=steps,
+def test_fedavg_grouped_equals_reference(ssl, steps, simulation):
+  model = predictor_model() if ssl_lib.get(ssl).predictor else plain_model()
+  config = FedAvgSSLConfig(ssl=ssl, client_learning_rate=LR[ssl], local_steps=steps,
                            augment=AUGMENT, seed=SEED)
   rounds = rounds_of_clients(FEDAVG_ROUNDS)
   want = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE), rounds)
@@ -136,49 +169,85 @@ def test_fedavg_grouped_equals_reference(model, loss, steps, simulation):
   assert_same_rounds(got, want)
 
 
-class LossSoftmaxWeighting(grouping.ClientWeighting):
-  """Softmax(-L_k) as a weighted mean: value Delta_k, weight exp(-L_k) (the Loss strategy's form)."""
+@pytest.mark.parametrize("name", sorted(aggregators.AGGREGATORS))
+def test_every_strategy_is_the_same_in_both_modes(model, name):
+  """Each strategy's TFF aggregation process (reference: its per-client stage at CLIENTS) equals its
+  per-client stage run inside grouped slots, on unequal clients with unequal losses.
 
-  example_weighted = False
-
-  def __call__(self, update, num_examples, loss, weights):
-    return update, tf.exp(-loss)
-
-
-def test_per_client_weighting_hook_is_the_same_in_both_modes(model):
-  config = FedAvgSSLConfig(loss="nt_xent", client_learning_rate=LR["nt_xent"], augment=AUGMENT,
+  Round 2 starts from the reference's state in both modes: with softmax(-L_k) weights, the
+  reference's own round-2 update moves by 1e-3 of its size when its starting weights move by one
+  float32 ulp (1.2e-7), so a difference carried over from round 1 would measure conditioning, not
+  the aggregation.
+  """
+  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
                            seed=SEED)
+  factory = aggregators.AggregatorConfig(name=name).build(model)
   rounds = rounds_of_clients(FEDAVG_ROUNDS)
-  weighting = LossSoftmaxWeighting()
-  want = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE,
-                                         client_weighting=weighting), rounds)
-  got = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(
-      group_size=2), client_weighting=weighting), rounds)
+  states = []
+  want = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, factory, REFERENCE), rounds,
+                        record=states)
+  got = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, factory,
+                                        Simulation(group_size=2)), rounds, states=states)
   assert_same_rounds(got, want)
-  # Negative control: the weighting changes the result (so the hook is really used).
-  plain = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config), rounds)
-  gap = max(np.abs(a - b).max() for a, b in zip(plain[0][0], want[0][0]))
-  assert gap > 1e-3 * max(np.abs(x).max() for x in want[0][0])
+  if name != "fedavg":  # Negative control: the strategy changes the result (it is really used).
+    plain = run_two_rounds(FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE),
+                           rounds)
+    gap = max(np.abs(a - b).max() for a, b in zip(plain[0][0], want[0][0]))
+    assert gap > 1e-3 * max(np.abs(x).max() for x in want[0][0])
 
 
-def test_one_round_of_reference_weighting_by_hand(model):
-  """The hook's weighted mean, computed by hand from the reference clients' own updates."""
-  config = FedAvgSSLConfig(loss="nt_xent", client_learning_rate=LR["nt_xent"], augment=AUGMENT,
-                           seed=SEED)
+def test_minibatch_rounds_report_the_clients_first_step_loss(model):
+  """Local epochs in minibatches (a tf.while_loop in TFF's graph): the round's loss is the N_k-weighted
+  mean of each client's first-step loss, as the same client training computed eagerly gives it, and
+  the grouped mode agrees."""
+  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], local_steps=2,
+                           local_batch_size=16, augment=AUGMENT, seed=SEED)
+  clients = rounds_of_clients(FEDAVG_ROUNDS)[0]
+  process = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE)
+  state = process.initialize()
+  out = process.compute_update(state, clients)
+  seed = common.round_seed(SEED, 0)
+  firsts = [float(fedavg.local_training(
+      model, process.config, [tf.constant(w) for w in state.weights], tf.constant(seed),
+      {"images": tf.constant(c["images"]), "ids": tf.constant(c["ids"])})[1]) for c in clients]
+  sizes = [len(c["ids"]) for c in clients]
+  assert min(firsts) > 0
+  np.testing.assert_allclose(out["loss"], np.average(firsts, weights=sizes), rtol=1e-5)
+  grouped = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(group_size=2))
+  assert_same_rounds(run_two_rounds(grouped, [clients]), run_two_rounds(process, [clients]))
+
+
+def test_one_round_of_loss_weighting_by_hand(model):
+  """softmax(-L_k) over the reference clients' own updates and losses, computed here in NumPy."""
+  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], local_steps=2,
+                           augment=AUGMENT, seed=SEED)
   clients = rounds_of_clients([[20, 50, 30]])[0]
-  weighting = LossSoftmaxWeighting()
-  process = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(),
-                             client_weighting=weighting)
+  process = FedAvgSSLProcess(model, SHAPE, SGD, config, aggregators.LossFactory(),
+                             Simulation(group_size=2))
   reference = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE)
   seed = common.round_seed(SEED, 0)
   outs = [reference.client_update(model.initial_weights, seed, c) for c in clients]
-  w = np.exp(-np.array([o[2] for o in outs]))
+  mean_losses = np.array([o[3] for o in outs], np.float64)
+  assert np.ptp(mean_losses) > 0.01  # Unequal losses, so the softmax weights differ.
+  w = np.exp(-(mean_losses - mean_losses.min()))
   want = [sum(wk * o[0][i] for wk, o in zip(w, outs)) / w.sum() for i in range(len(outs[0][0]))]
   state = process.initialize()
-  new_state, _ = process.next(state, clients)
+  new_state, metrics = process.next(state, clients)
   got = [a - b for a, b in zip(state.weights, new_state.weights)]
   scale = max(np.abs(x).max() for x in want)
   assert max(np.abs(a - b).max() for a, b in zip(got, want)) <= 1e-4 * scale
+  assert metrics["aggregation"]["max_weight"] == pytest.approx(w.max() / w.sum(), rel=1e-5)
+  assert metrics["aggregation"]["clients"] == 3
+
+
+def test_grouped_mode_refuses_a_factory_it_cannot_run_per_client(model):
+  wrapped = tff.aggregators.clipping_factory(1.0, aggregators.LDAWAFactory(
+      aggregators.ModelLayout.from_model(model)))
+  with pytest.raises(ValueError, match="grouped simulation runs the aggregation strategy"):
+    FedAvgSSLProcess(model, SHAPE, SGD, FedAvgSSLConfig(ssl="simclr"), wrapped, Simulation())
+  with pytest.raises(ValueError, match="must weigh clients by their ClientInfo"):
+    FedAvgSSLProcess(model, SHAPE, SGD, FedAvgSSLConfig(ssl="simclr"),
+                     tff.aggregators.MeanFactory(), REFERENCE)
 
 
 def test_pack_concatenates_clients_into_groups():

@@ -109,7 +109,7 @@ def test_report_of_hand_made_results(tmp_path):
   assert "| CCO + FedAvg | — | **failed** (FAILED) | **60.0** (28.7) |" in md
   assert "server_learning_rate = 0.001" in md and "0.005: 66.0, 0.001: 68.0" in md
   assert "| Centralized CCO | learning_rate = 0.001 | DCCO's choice (0.005: 66.0" in md
-  lines = table_report.checks(table, table_report.collect(table, todo, skipped, results))
+  lines = table.checks(table, table_report.collect(table, todo, skipped, results))
   assert "non-IID 60,000 / 1 / 128: centralized CCO − DCCO = +2.0 points (within 3)" in lines
   assert ("non-IID 15,000 / 4 / 32: DCCO 70.0 vs CCO + FedAvg failed, Contrastive + FedAvg 62.0 — "
           "DCCO beats every FedAvg variant") in lines

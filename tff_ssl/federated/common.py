@@ -27,7 +27,10 @@ def client_inputs(images: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
 
 
 def weights_type(model: FunctionalModel) -> tff.StructType:
-  return tff.StructType([tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in model.weight_specs])
+  """The model's weights as a TFF type: a list of tensors (a Python list inside TF computations, as
+  TFF's own aggregators, e.g. `clipping_factory`, need: they `tf.nest` over the value)."""
+  return tff.StructWithPythonType(
+      [tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in model.weight_specs], list)
 
 
 SEED_TYPE = tff.TensorType(np.int64, [2])
@@ -41,8 +44,14 @@ def views(data, seed, augment: AugmentConfig):
 
 def encode_views(model: FunctionalModel, weights, v1, v2):
   """Projections (F, G) of both views in one forward pass (GroupNorm is per-sample: exact)."""
-  z = model(list(weights), tf.concat([v1, v2], axis=0), training=True)
-  return tf.split(z, 2, axis=0)
+  return encode_outputs(model, weights, v1, v2)[0]
+
+
+def encode_outputs(model: FunctionalModel, weights, v1, v2) -> list[tuple[tf.Tensor, tf.Tensor]]:
+  """(view 1, view 2) of each of the model's outputs (projections, then predictions if any), from
+  one forward pass over both views."""
+  out = model(list(weights), tf.concat([v1, v2], axis=0), training=True)
+  return [tuple(tf.split(o, 2, axis=0)) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
 def num_examples(data) -> tf.Tensor:
@@ -91,25 +100,35 @@ def client_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers
                                             momentum=0.9 if name == "sgdm" else None)
 
 
-def local_training(weights, steps: int, optimizer: str, learning_rate: float, loss_of):
+def local_training(weights, steps: int, optimizer: str, learning_rate: float, loss_of,
+                   after_step=None, weight_decay: float = 0.0):
   """`steps` client optimizer steps from `weights` on `loss_of(current_weights, step)`.
 
-  Returns (Delta = weights - trained weights, the first step's loss): what a client sends back.
+  `after_step(current_weights)` runs after each step (BYOL's target update). `weight_decay` adds
+  weight_decay * w to every gradient (coupled L2, as PyTorch's SGD does).
+
+  Returns (Delta = weights - trained weights, the first step's loss, the mean loss over the steps):
+  what a client sends back, its loss at the broadcast model, and its mean training loss.
   """
   initial = list(weights)
   current = list(weights)
   local_opt = client_optimizer(optimizer, learning_rate)
   opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
-  first_loss = None
+  step_losses = []
   for step in range(steps):
     with tf.GradientTape() as tape:
       tape.watch(current)
       loss = loss_of(current, step)
     grads = tape.gradient(loss, current)
+    if weight_decay:
+      grads = [g + weight_decay * w for g, w in zip(grads, current)]
     opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
     current = list(current)
-    first_loss = loss if first_loss is None else first_loss
-  return [a - b for a, b in zip(initial, current)], first_loss
+    step_losses.append(loss)
+    if after_step is not None:
+      after_step(current)
+  return ([a - b for a, b in zip(initial, current)], step_losses[0],
+          tf.add_n(step_losses) / float(steps))
 
 
 def check_client_training(local_steps: int, optimizer: str, learning_rate: float) -> None:

@@ -67,8 +67,9 @@ def _local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, ag
     return losses.cco_loss_from_statistics(
         _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
 
-  return common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
-                               cfg.client_learning_rate, loss_of)
+  delta, loss, _ = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+                                         cfg.client_learning_rate, loss_of)
+  return delta, loss
 
 
 def _as_statistics(struct) -> losses.EncodingStatistics:

@@ -1,19 +1,23 @@
-"""FedAvg with a within-client SSL loss (the FedAvg-CCO and FedAvg-SimCLR baselines of DCCO, Table 1).
+"""FedAvg-style federated SSL: any client SSL method (`tff_ssl.ssl`) with any aggregation strategy
+(`tff_ssl.aggregators`).
 
-    SERVER  w, seed_r, aggregator state                      CLIENTS k = 1..K  (N_k >= 2 images each)
+    SERVER  w, seed_r, aggregator state                      CLIENTS k = 1..K
     ─────────────────────────────────────────────────────────────────────────────────────────────
-      w, seed_r ──federated_broadcast──►  for s in 1..S: views of x_k keyed by (seed_r, s, ids_k)
-                                                          L = loss(F, G) within the client's batch
-                                                          w_k ← w_k − η ∇L
-                                          Δ_k = w − w_k,  weight N_k
-      Δ = aggregator(Δ_k, N_k)  ◄─────────  (default tff.aggregators.MeanFactory: N_k-weighted mean)
-    server: w ← server_optimizer(w, gradient=Δ)
+      w, seed_r ──federated_broadcast──►  local training from w: E epochs over x_k in batches of B
+                                          (full batch: one step per epoch); new views each step,
+                                          keyed by (seed_r, step, ids_k); loss = the SSL method's
+                                          (BYOL: target = EMA of the online weights over the steps)
+                                          Delta_k = w - w_k,  info_k = <N_k, mean loss L_k, w>
+      Delta, measurements = aggregator(Delta_k, info_k)  ◄──  (default FedAvg: N_k-weighted mean)
+    server: w ← server_optimizer(w, gradient=Delta)
 
-The update aggregation is any weighted `tff.aggregators` factory, so the strategy papers' aggregators
-plug in here. One federated computation per round (`run_round`); the server optimizer step runs on the
-server in Python. We do not use `tff.learning.templates.compose_learning_process`: its client work
-consumes `tf.data` batches of (x, y) through a `tff.learning` model with a supervised loss, while the
-SSL client update here takes the client's images as one tensor, makes two views and needs no labels.
+The DCCO paper's FedAvg baselines (CCO / contrastive with within-client losses, one full-batch local
+step) and the L-DAWA paper's cross-silo runs (SimCLR / Barlow Twins, E = 10 epochs of batch 256, SGD
+with momentum and weight decay, strategies FedAvg / Loss / L-DAWA...) are both this process. One
+federated computation per round (`run_round`); the server optimizer step runs on the server in
+Python. We do not use `tff.learning.templates.compose_learning_process`: its client work consumes
+`tf.data` batches of (x, y) through a `tff.learning` model with a supervised loss, while an SSL client
+takes its images as one tensor, makes two views and needs no labels.
 """
 
 from __future__ import annotations
@@ -26,149 +30,290 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import losses
-from tff_ssl.losses import per_client
+from tff_ssl import aggregators, losses
+from tff_ssl import ssl as ssl_lib
+from tff_ssl.aggregators import ClientInfo
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 
+DEFAULT_TARGET_DECAY = 0.99  # BYOL's target EMA within local training (FedEMA's setting).
+
 
 @dataclasses.dataclass(frozen=True)
 class FedAvgSSLConfig:
-  loss: str = "cco"  # "cco" or "nt_xent"
+  """The clients' side of a FedAvg-style round.
+
+  local_steps: local epochs; with local_batch_size = 0 (the whole client as one batch) an epoch is
+    one step. With local_batch_size = B > 0 an epoch is floor(N_k / B) steps over a fresh shuffle
+    (a last partial batch is dropped, as SSL training loaders do, unless it is the client's only one).
+  client_weight_decay: coupled L2 weight decay on the client's gradients (the L-DAWA paper: 1e-4).
+  """
+
+  ssl: str = "barlow_twins"
   cco_lambda: float = losses.cco.DEFAULT_LAMBDA
   temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
+  target_decay: float = DEFAULT_TARGET_DECAY
   client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0
+  client_weight_decay: float = 0.0
   local_steps: int = 1
+  local_batch_size: int = 0
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
   seed: int = 0
 
   def __post_init__(self):
-    if self.loss not in losses.LOSSES:
-      raise ValueError(f"unknown loss {self.loss!r}; choose one of {sorted(losses.LOSSES)}")
+    ssl_lib.get(self.ssl)
     common.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
+    if self.local_batch_size < 0 or self.local_batch_size == 1:
+      raise ValueError(f"local_batch_size must be 0 (full batch) or >= 2; got "
+                       f"{self.local_batch_size}")
+    if self.client_weight_decay < 0:
+      raise ValueError(f"client_weight_decay must be >= 0; got {self.client_weight_decay}")
+    if not 0 <= self.target_decay < 1:
+      raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
 
-  def loss_fn(self):
-    kwargs = {"lambd": self.cco_lambda} if self.loss == "cco" else {"temperature": self.temperature}
-    return losses.get_loss(self.loss, **kwargs)
+  @property
+  def method(self) -> ssl_lib.SSLMethod:
+    return ssl_lib.get(self.ssl)
 
 
-def _local_training(model: FunctionalModel, cfg: FedAvgSSLConfig, loss_fn, weights, seed, data):
-  """A client's local steps on its own images (new views at each step): (Delta_k, first-step loss)."""
+def _outputs(model: FunctionalModel, method: ssl_lib.SSLMethod, weights, target, v1, v2
+             ) -> ssl_lib.Outputs:
+  """The SSL method's view outputs; `target` None: the online projections stand in (first step)."""
+  outs = common.encode_outputs(model, weights, v1, v2)
+  (z1, z2), (p1, p2) = outs[0], (outs[1] if method.predictor else (None, None))
+  t1 = t2 = None
+  if method.ema_target:
+    t1, t2 = (z1, z2) if target is None else common.encode_outputs(model, target, v1, v2)[0]
+  return ssl_lib.Outputs(z1, z2, p1, p2, t1, t2)
+
+
+def _ema(target, current, decay: float):
+  return [decay * t + (1.0 - decay) * c for t, c in zip(target, current)]
+
+
+def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
+  """E full-batch steps on the client's images (new views at each step)."""
+  method = cfg.method
+  target = [None]  # BYOL: None while the target equals the broadcast (= online) weights.
 
   def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
     v1, v2 = common.views(data, step_seed, cfg.augment)
-    return loss_fn(*common.encode_views(model, current, v1, v2))
+    return method.loss(_outputs(model, method, current, target[0], v1, v2), cfg)
+
+  def after_step(current):
+    if method.ema_target:
+      target[0] = _ema(list(weights) if target[0] is None else target[0], current,
+                       cfg.target_decay)
 
   return common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
-                               cfg.client_learning_rate, loss_of)
+                               cfg.client_learning_rate, loss_of, after_step,
+                               cfg.client_weight_decay)
+
+
+def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
+  """E epochs of steps on batches of `local_batch_size`, each epoch over a seeded shuffle.
+
+  A `tf.while_loop` (the number of steps depends on N_k) built in a `tf.function`, so the TF1 graph
+  of a TFF computation keeps no per-iteration intermediates.
+  """
+  method = cfg.method
+  opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+  specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in weights)
+
+  @tf.function
+  def train(weights, images, ids, seed):
+    n = tf.shape(ids)[0]
+    batch = tf.minimum(cfg.local_batch_size, n)
+    per_epoch = tf.maximum(1, n // batch)
+    total = cfg.local_steps * per_epoch
+    shuffle_seed = tf.random.experimental.stateless_fold_in(seed, 1 << 30)  # Apart from views'.
+
+    def body(step, current, target, opt_state, first, loss_sum):
+      epoch, b = step // per_epoch, step % per_epoch
+      order = tf.argsort(tf.random.stateless_uniform(
+          [n], tf.random.experimental.stateless_fold_in(shuffle_seed, epoch)))
+      idx = order[b * batch:(b + 1) * batch]
+      client = {"images": tf.gather(images, idx), "ids": tf.gather(ids, idx)}
+      v1, v2 = common.views(client, tf.random.experimental.stateless_fold_in(seed, step),
+                            cfg.augment)
+      with tf.GradientTape() as tape:
+        tape.watch(current)
+        loss = method.loss(_outputs(model, method, current, target if method.ema_target else None,
+                                    v1, v2), cfg)
+      grads = tape.gradient(loss, current)
+      if cfg.client_weight_decay:
+        grads = [g + cfg.client_weight_decay * w for g, w in zip(grads, current)]
+      opt_state, new = opt.next(opt_state, tuple(current), tuple(grads))
+      new = list(new)
+      if method.ema_target:
+        target = _ema(target, new, cfg.target_decay)
+      first = tf.where(tf.equal(step, 0), loss, first)  # (`==` is identity in TFF's graphs.)
+      return step + 1, new, target, opt_state, first, loss_sum + loss
+
+    current = list(weights)
+    _, trained, _, _, first, loss_sum = tf.while_loop(
+        lambda step, *_: step < total, body,
+        (tf.constant(0), current, list(current), opt.initialize(specs), tf.constant(0.0),
+         tf.constant(0.0)), parallel_iterations=1)
+    return ([a - b for a, b in zip(current, trained)], first,
+            loss_sum / tf.cast(total, tf.float32))
+
+  return train(list(weights), grouping.field(data, "images"), grouping.field(data, "ids"), seed)
+
+
+def local_training(model: FunctionalModel, cfg: FedAvgSSLConfig, weights, seed, data):
+  """A client's local training on its own images: (Delta_k, first-step loss, mean loss)."""
+  if cfg.local_batch_size:
+    return _minibatch_training(model, cfg, weights, seed, data)
+  return _full_batch_training(model, cfg, weights, seed, data)
 
 
 class FedAvgSSLProcess(common.ServerLoop):
-  """FedAvg rounds with a within-client SSL loss; same interface as `DCCOProcess`.
+  """FedAvg-style rounds; same interface as `DCCOProcess`.
 
     run_round: (<w@SERVER, aggregator_state@SERVER, seed@SERVER, data@CLIENTS>
-                -> <aggregator_state@SERVER, update@SERVER, loss@SERVER>)
+                -> <aggregator_state, update, loss, measurements>@SERVER)
 
-  `data` is one client (reference mode) or one group of clients (grouped mode, the default; see
-  `grouping`). Each real client's result enters the aggregation as `client_weighting(Delta_k, N_k, L_k,
-  w)` -> (v_k, w_k) (default: (Delta_k, N_k)); a slot hands `aggregation_factory` the weighted mean of
-  its clients' v_k with weight sum w_k, so a weighted-mean factory gives the same result in both modes.
+  `aggregation_factory`: a `tff_ssl.aggregators.StrategyFactory` (default FedAvg), whose weight
+  argument is each client's `ClientInfo`. In reference mode (one real client per TFF client slot)
+  any weighted `tff.aggregators` factory over that weight works, e.g. TFF's
+  `clipping_factory(norm, aggregators.LDAWAFactory(...))`. In grouped mode (the default) a slot
+  carries many real clients, runs the strategy's per-client stage for each of them and hands the
+  server stage one folded `Contribution` (`aggregators.base`): the same result as reference mode,
+  which is why grouped mode takes a `StrategyFactory` itself (a TFF factory wrapped around it would
+  see a slot's partial sum, not a client).
   """
 
   def __init__(self, model: FunctionalModel, image_shape: Sequence[int],
                server_optimizer: tff.learning.optimizers.Optimizer,
                config: FedAvgSSLConfig = FedAvgSSLConfig(),
                aggregation_factory: tff.aggregators.WeightedAggregationFactory | None = None,
-               simulation: grouping.Simulation = grouping.Simulation(),
-               client_weighting: grouping.ClientWeighting | None = None):
+               simulation: grouping.Simulation = grouping.Simulation()):
     self.config = config
     self.simulation = simulation
+    cfg, method = config, config.method
+    if method.predictor and len(model.output_dims) != 2:
+      raise ValueError(f"{method.name} needs a model with a predictor head (outputs: projection, "
+                       f"prediction); this one has {len(model.output_dims)} output(s)")
     w_type = common.weights_type(model)
+    specs = list(model.weight_specs)
+    info_type = aggregators.client_info_type(w_type)
     data_type = (grouping.group_input_type(image_shape) if simulation.grouped
                  else common.client_input_type(image_shape))
-    factory = aggregation_factory if aggregation_factory is not None else tff.aggregators.MeanFactory()
-    if not isinstance(factory, tff.aggregators.WeightedAggregationFactory):
-      raise TypeError(f"aggregation_factory must be a tff.aggregators.WeightedAggregationFactory "
-                      f"(updates are weighted by N_k); got {type(factory).__name__}")
-    aggregator = factory.create(w_type, tff.TensorType(np.float32))
+    factory = aggregation_factory if aggregation_factory is not None else (
+        aggregators.FedAvgFactory())
+    if simulation.grouped:
+      if not isinstance(factory, aggregators.StrategyFactory):
+        raise ValueError(f"the grouped simulation runs the aggregation strategy's per-client stage "
+                         f"inside each client slot, so it needs a tff_ssl.aggregators strategy; got "
+                         f"{type(factory).__name__}. Use simulation mode 'reference' for other "
+                         f"tff.aggregators factories")
+      aggregator = factory.create_grouped(w_type)
+    else:
+      try:
+        aggregator = factory.create(w_type, info_type)
+      except TypeError as e:
+        raise ValueError(f"aggregation_factory must weigh clients by their ClientInfo "
+                         f"(tff_ssl.aggregators); {type(factory).__name__} failed: {e}") from None
     agg_state_type = aggregator.initialize.type_signature.result
-    cfg = config
-    loss_fn = config.loss_fn()
-    weighting = client_weighting if client_weighting is not None else grouping.ClientWeighting()
     batched = (simulation.grouped and simulation.batch_one_step and cfg.local_steps == 1 and
-               weighting.example_weighted and cfg.loss in per_client.PER_CLIENT_LOSSES)
-    per_client_loss = (per_client.PER_CLIENT_LOSSES[cfg.loss](
-        **({"lambd": cfg.cco_lambda} if cfg.loss == "cco" else {"temperature": cfg.temperature}))
-                       if batched else None)
+               not cfg.local_batch_size and not factory.needs_client_updates)
 
     def batched_group_update(weights, seed, data):
-      # sum_k N_k Delta_k = eta grad(sum_k N_k L_k) for one (first) step of the client optimizer.
+      # One (first) step of the client optimizer is linear in the gradient, so
+      # sum_k b_k Delta_k / sum_k b_k = eta grad(sum_k b_k L_k / sum_k b_k), with b_k from the
+      # per-client losses at the broadcast weights (held fixed): one batched forward/backward pass.
       n = tf.cast(data.sizes, tf.float32)
       v1, v2 = common.views(data, seed, cfg.augment)
+      per_client = {}
 
-      def mean_loss(current, step):
+      def objective(current, step):
         del step  # One step.
-        f, g = common.encode_views(model, current, v1, v2)
-        return tf.reduce_sum(n * per_client_loss(f, g, data.sizes)) / tf.reduce_sum(n)
+        losses_k = method.per_client_loss(_outputs(model, method, current, None, v1, v2),
+                                          data.sizes, cfg)
+        log_b = tf.stop_gradient(aggregators.base.base_log_weight(factory.weighting, n, losses_k))
+        b = tf.exp(log_b - tf.reduce_max(log_b))
+        per_client.update(losses=losses_k, log_b=log_b)
+        return tf.reduce_sum(b * losses_k) / tf.reduce_sum(b)
 
-      delta, loss = common.local_training(weights, 1, cfg.client_optimizer,
-                                          cfg.client_learning_rate, mean_loss)
-      return delta, tf.reduce_sum(n), loss
+      delta, _, _ = common.local_training(weights, 1, cfg.client_optimizer,
+                                          cfg.client_learning_rate, objective,
+                                          weight_decay=cfg.client_weight_decay)
+      log_b, losses_k = per_client["log_b"], per_client["losses"]
+      top = tf.reduce_max(log_b)
+      contribution = aggregators.Contribution(
+          delta, top + tf.math.log(tf.reduce_sum(tf.exp(log_b - top))), top,
+          collections.OrderedDict(clients=tf.cast(tf.shape(n)[0], tf.float32)))
+      return contribution, tf.reduce_sum(n * losses_k) / tf.reduce_sum(n), tf.reduce_sum(n)
 
-    def looped_group_update(weights, seed, data):
+    def looped_group_update(weights, seed, data, round_num):
       def one_client(images, ids, acc):
         client = {"images": images, "ids": ids}
-        delta, loss = _local_training(model, cfg, loss_fn, weights, seed, client)
+        delta, first_loss, mean_loss = local_training(model, cfg, weights, seed, client)
         n = common.num_examples(client)
-        value, weight = weighting(delta, n, loss, list(weights))
-        return ([s + weight * v for s, v in zip(acc[0], value)], acc[1] + weight,
-                acc[2] + n * loss, acc[3] + n)
+        c = factory.contribution(delta, ClientInfo(n, mean_loss, list(weights)), round_num)
+        return (factory.accumulate(acc[0], c.value, c.log_weight, c.stats),
+                acc[1] + n * first_loss, acc[2] + n)
 
       zero = tf.constant(0.0)
-      sums = grouping.fold_clients(data, one_client,
-                                   ([tf.zeros_like(w) for w in weights], zero, zero, zero))
-      return [s / sums[1] for s in sums[0]], sums[1], sums[2] / sums[3], sums[3]
+      contribution, loss_sum, n = grouping.fold_clients(
+          data, one_client, (factory.initial_accumulator(specs), zero, zero))
+      return contribution, loss_sum / n, n
 
-    @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
-    def client_update(weights, seed, data):
-      if not simulation.grouped:
-        delta, loss = _local_training(model, cfg, loss_fn, weights, seed, data)
-        n = common.num_examples(data)
-        value, weight = weighting(delta, n, loss, list(weights))
-        return value, weight, loss, n
-      if batched:
-        value, n, loss = batched_group_update(weights, seed, data)
-        return value, n, loss, n
-      return looped_group_update(weights, seed, data)
+    if simulation.grouped:
+      @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, np.int32)
+      def client_update(weights, seed, data, round_num):
+        if batched:
+          contribution, loss, n = batched_group_update(weights, seed, data)
+        else:
+          contribution, loss, n = looped_group_update(weights, seed, data, round_num)
+        return aggregators.base._as_struct(contribution), loss, n  # pylint: disable=protected-access
+    else:
+      @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
+      def client_update(weights, seed, data):
+        delta, first_loss, mean_loss = local_training(model, cfg, weights, seed, data)
+        return delta, first_loss, common.num_examples(data), mean_loss
 
     @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER), agg_state_type,
                                tff.FederatedType(common.SEED_TYPE, tff.SERVER),
                                tff.FederatedType(data_type, tff.CLIENTS))
     def run_round(weights, aggregator_state, seed, data):
-      out = tff.federated_map(client_update, (tff.federated_broadcast(weights),
-                                              tff.federated_broadcast(seed), data))
-      aggregated = aggregator.next(aggregator_state, out[0], out[1])
+      weights_at_clients = tff.federated_broadcast(weights)
+      seed_at_clients = tff.federated_broadcast(seed)
+      if simulation.grouped:
+        out = tff.federated_map(client_update, (
+            weights_at_clients, seed_at_clients, data,
+            tff.federated_broadcast(aggregator_state.round)))
+        aggregated = aggregator.next(aggregator_state, out[0])
+      else:
+        out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients, data))
+        info = tff.federated_zip(collections.OrderedDict(
+            num_examples=out[2], loss=out[3], model=weights_at_clients))
+        aggregated = aggregator.next(aggregator_state, out[0], info)
       return collections.OrderedDict(aggregator_state=aggregated.state, update=aggregated.result,
-                                     loss=tff.federated_mean(out[2], weight=out[3]))
+                                     loss=tff.federated_mean(out[1], weight=out[2]),
+                                     measurements=aggregated.measurements)
 
     self.client_update = client_update
     self.run_round = run_round
     self.aggregator = aggregator
+    self.factory = factory
     super().__init__(model, server_optimizer, aggregator)
 
   def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
-    """The round's aggregated update, mean client loss and new aggregator state, before the server
-    optimizer step."""
+    """The round's aggregated update, mean client loss, aggregator state and measurements, before
+    the server optimizer step."""
     if not clients:
       raise ValueError("a FedAvg round needs at least one client")
-    small = [len(c["ids"]) for c in clients if len(c["ids"]) < 2]
+    need = self.config.method.min_samples
+    small = [len(c["ids"]) for c in clients if len(c["ids"]) < need]
     if small:
-      raise ValueError(f"a within-client {self.config.loss} loss needs >= 2 images per client; got "
-                       f"a client with {small[0]}. Use DCCO for one-image clients")
+      raise ValueError(f"{self.config.ssl}'s within-client loss needs >= {need} images per client; "
+                       f"got a client with {small[0]}. Use DCCO for one-image clients")
     seed = common.round_seed(self.config.seed, state.round_num)
     data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
             else clients)
@@ -176,5 +321,7 @@ class FedAvgSSLProcess(common.ServerLoop):
 
   def next(self, state: common.ServerState, clients: list[dict]):
     out = self.compute_update(state, clients)
-    return self.finish_round(state, out["update"], out["loss"], len(clients),
-                             out["aggregator_state"])
+    new_state, metrics = self.finish_round(state, out["update"], out["loss"], len(clients),
+                                           out["aggregator_state"])
+    metrics["aggregation"] = out["measurements"]
+    return new_state, metrics

@@ -23,6 +23,27 @@ def _is_keras_counter(kwargs) -> bool:
           kwargs.get("aggregation") == tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
 
+_NORMALIZATION_LAYERS = (tf.keras.layers.GroupNormalization, tf.keras.layers.LayerNormalization,
+                         tf.keras.layers.BatchNormalization)
+
+
+def _owning_layers(model: tf.keras.Model) -> dict[int, tuple[str, bool]]:
+  """id(variable) -> (path of the innermost Keras layer that owns it, is a normalization layer)."""
+  owners: dict[int, tuple[str, bool]] = {}
+
+  def visit(layer, prefix):
+    path = f"{prefix}{layer.name}"
+    if isinstance(layer, tf.keras.Model):
+      for sub in layer.layers:
+        visit(sub, "" if layer is model else f"{path}/")
+      return
+    for v in layer.weights:  # Leaf layers own their weights.
+      owners.setdefault(id(v), (path, isinstance(layer, _NORMALIZATION_LAYERS)))
+
+  visit(model, "")
+  return owners
+
+
 class FunctionalModel:
   """`model(weights, x, training)` for a Keras model built by `build_fn`."""
 
@@ -55,8 +76,19 @@ class FunctionalModel:
                        f"supported")
     self.initial_weights: list[np.ndarray] = [v.numpy() for v in created]
     self.weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in created]
-    self.names = [v.name for v in created]
-    self.output_dim = int(model.output_shape[-1])
+    owners = _owning_layers(model)
+    # Per weight tensor: its Keras layer's path ("encoder/stage1_block1_conv1"), whether that layer
+    # normalizes (GroupNorm), and the tensor's own path (".../kernel"): what layer-wise
+    # aggregation strategies group by.
+    self.layer_names = [owners[id(v)][0] for v in created]
+    self.normalization = [owners[id(v)][1] for v in created]
+    self.names = [f"{owners[id(v)][0]}/{v.name.split('/')[-1].split(':')[0]}" for v in created]
+    if len(set(self.names)) != len(self.names):
+      raise ValueError(f"{model.name} has weight tensors of the same layer path and name; give its "
+                       f"layers unique names")
+    outputs = model.output_shape if isinstance(model.output_shape, list) else [model.output_shape]
+    self.output_dims = [int(shape[-1]) for shape in outputs]
+    self.output_dim = self.output_dims[0]
 
   def __call__(self, weights: Sequence[tf.Tensor], x: tf.Tensor, training: bool = True):
     if len(weights) != len(self.weight_specs):

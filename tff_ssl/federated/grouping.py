@@ -21,29 +21,27 @@ slot, the processes' plain per-client computations) stays available; the equival
 
 How a group computes its clients' work:
 
-* one local step, example-weighted (DCCO; FedAvg with `ExampleWeighting` and a loss of
-  `losses.per_client.PER_CLIENT_LOSSES`): the client update is eta * grad L_k, linear in the gradient,
-  so sum_k N_k Delta_k = eta * grad(sum_k N_k L_k): one batched forward and backward pass over all the
-  group's images, with the within-client losses evaluated per client on the batched projections
-  (GroupNorm is per sample, so a client's projections do not depend on its batch mates). For DCCO,
-  L_k = CCO(<>_k + stop_gradient(<>_A - <>_k)) has the value CCO(<>_A) and the gradient
-  J(<>_A) d<>_k/dw, so sum_k N_k grad L_k = N_g grad CCO(<>_g + stop_gradient(<>_A - <>_g)): the
-  group's own concatenation is, exactly, one client.
-* otherwise (several local steps, or a per-client weighting that depends on the client's own update):
-  a `tf.while_loop` over the group's clients inside the one computation, each client training from the
-  broadcast weights on its own slice and adding w_k v_k, w_k to running sums. Clients still run one after
-  another (their weights diverge), but without a TFF slot, a graph or a dispatch of their own.
+* one local step, and a strategy whose client weight depends only on (N_k, L_k) (DCCO; FedAvg-style
+  training with FedAvg, uniform or Loss weighting): the client update is eta * grad L_k, linear in the
+  gradient, so sum_k b_k Delta_k = eta * grad(sum_k b_k L_k) with the weights b_k held fixed: one
+  batched forward and backward pass over all the group's images, with the within-client losses
+  evaluated per client on the batched projections (GroupNorm is per sample, so a client's
+  projections do not depend on its batch mates). For DCCO, L_k = CCO(<>_k + stop_gradient(<>_A -
+  <>_k)) has the value CCO(<>_A) and the gradient J(<>_A) d<>_k/dw, so sum_k N_k grad L_k = N_g grad
+  CCO(<>_g + stop_gradient(<>_A - <>_g)): the group's own concatenation is, exactly, one client.
+* otherwise (several local steps, or a strategy that needs each client's own update, such as L-DAWA's
+  per-layer cosine delta_k^(l)): a `tf.while_loop` over the group's clients inside the one
+  computation, each client training from the broadcast weights on its own slice; the aggregation
+  strategy's per-client stage turns each client's update into (v_k, log b_k), folded into running
+  sums. Clients still run one after another (their weights diverge), but without a TFF slot, a graph
+  or a dispatch of their own.
 
-Aggregation factories. `FedAvgSSLProcess` hands its `tff.aggregators` factory one (value_g, weight_g)
-per slot, so any factory that computes a weighted mean of what it is given (`MeanFactory`, and
-compositions that act on the mean, such as server-side noise) gives the same result in both modes.
-Strategies whose per-client weight depends on the client itself (the Loss-based softmax of -L_k, the
-L-DAWA per-layer cosine delta_k^(l)) express that part as a `ClientWeighting`: a pure function
-(update, N_k, loss, broadcast weights) -> (v_k, w_k), evaluated for every real client inside the group
-computation (and by each client in reference mode), e.g. Loss: (Delta_k, exp(-L_k)); L-DAWA:
-(delta_k^(l) Delta_k^(l) per layer, 1). The factory then stays a weighted mean over what the groups
-send. Factories that transform each client's value non-linearly before summing (e.g. norm clipping)
-see group partials in grouped mode; such per-client processing belongs in a `ClientWeighting`.
+Aggregation strategies (`tff_ssl.aggregators`) are written for this: each is a per-client stage
+(update, N_k, L_k, broadcast weights) -> (v_k, log b_k) and a weighted mean. In reference mode the
+strategy's TFF aggregation process runs the stage at CLIENTS; in grouped mode the slot runs it for
+each of its real clients and sends the folded (sum b_k v_k / sum b_k, log sum b_k), and the server
+stage is the same. A TFF factory that transforms each client's value non-linearly (norm clipping)
+can only be exact per real client, so it composes with the strategies in reference mode.
 """
 
 from __future__ import annotations
@@ -135,22 +133,3 @@ def fold_clients(group, body: Callable, initial):
     return acc
 
   return loop(field(group, "images"), field(group, "ids"), field(group, "sizes"), initial)
-
-
-class ClientWeighting:
-  """How one real client's result enters the server's weighted mean: (value v_k, weight w_k).
-
-  The default (this class) is FedAvg's: the client's update, weighted by its number of examples.
-  Subclasses (later strategies) override `__call__`; it runs inside the client (or group)
-  computation, so it must be a TensorFlow function of its arguments.
-  """
-
-  example_weighted = True  # (Delta_k, N_k): lets the grouped mode batch one-step rounds.
-
-  def __call__(self, update: list[tf.Tensor], num_examples: tf.Tensor, loss: tf.Tensor,
-               weights: list[tf.Tensor]) -> tuple[list[tf.Tensor], tf.Tensor]:
-    del loss, weights
-    return update, num_examples
-
-
-ExampleWeighting = ClientWeighting

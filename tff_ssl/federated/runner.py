@@ -19,8 +19,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_ssl import aggregators, evaluation, models, runtime
 from tff_ssl import data as data_lib
-from tff_ssl import evaluation, models, runtime
 from tff_ssl import progress as progress_lib
 from tff_ssl.data.client_data import PartitionedClientData
 from tff_ssl.federated import common, grouping
@@ -30,22 +30,35 @@ from tff_ssl.federated.functional import FunctionalModel
 
 
 def _ssl_keras_builder(config, image_shape):
+  """The federated model: encoder + projector (outputs z), + predictor for BYOL / SimSiam
+  (outputs [z, p])."""
+  from tff_ssl import ssl as ssl_lib  # pylint: disable=g-import-not-at-top
+  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
+  method = METHODS[config.method]
+  predictor = method.process == "fedavg" and ssl_lib.get(method.ssl).predictor
+
   def build():
     enc = config.build_encoder(image_shape)
     proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector")
     x = tf.keras.Input(image_shape, name="images")
-    return tf.keras.Model(x, proj(enc(x)), name="ssl_model")
+    z = proj(enc(x))
+    if not predictor:
+      return tf.keras.Model(x, z, name="ssl_model")
+    pred = models.build_mlp_head(config.projector[-1], config.predictor_sizes, name="predictor")
+    return tf.keras.Model(x, [z, pred(z)], name="ssl_model")
   return build
 
 
 def build_process(config, model: FunctionalModel, image_shape):
-  """The method's TFF process with a cosine-decayed server learning rate over the rounds."""
+  """The method's TFF process; the server learning rate is cosine-decayed over the rounds or
+  constant (`server_lr_schedule`)."""
   from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
   method = METHODS[config.method]
   base = common.SERVER_OPTIMIZERS[config.server_optimizer](config.server_learning_rate)
   rounds, lr = config.rounds, config.server_learning_rate
-  optimizer = tff.learning.optimizers.schedule_learning_rate(
-      base, lambda r: lr * 0.5 * (1.0 + tf.cos(np.pi * tf.cast(r, tf.float32) / rounds)))
+  optimizer = base if config.server_lr_schedule == "constant" else (
+      tff.learning.optimizers.schedule_learning_rate(
+          base, lambda r: lr * 0.5 * (1.0 + tf.cos(np.pi * tf.cast(r, tf.float32) / rounds))))
   augment = config.augment_config()
   simulation = grouping.Simulation(mode=config.simulation, group_size=config.group_size)
   if method.process == "dcco":
@@ -54,10 +67,33 @@ def build_process(config, model: FunctionalModel, image_shape):
         client_learning_rate=config.client_learning_rate,
         local_steps=config.local_steps, augment=augment, seed=config.seed), simulation)
   return FedAvgSSLProcess(model, image_shape, optimizer, FedAvgSSLConfig(
-      loss=method.loss, cco_lambda=config.cco_lambda, temperature=config.temperature,
-      client_optimizer=config.client_optimizer, client_learning_rate=config.client_learning_rate,
-      local_steps=config.local_steps,
-      augment=augment, seed=config.seed), simulation=simulation)
+      ssl=method.ssl, cco_lambda=config.cco_lambda, temperature=config.temperature,
+      target_decay=config.target_decay, client_optimizer=config.client_optimizer,
+      client_learning_rate=config.client_learning_rate,
+      client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
+      local_batch_size=config.local_batch_size, augment=augment, seed=config.seed),
+      aggregators.AggregatorConfig(**config.aggregator_options()).build(model),
+      simulation=simulation)
+
+
+def min_samples_per_client(config) -> int:
+  """Fewest images a client of this run's method can train on (within-client losses need 2)."""
+  from tff_ssl import ssl as ssl_lib  # pylint: disable=g-import-not-at-top
+  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
+  method = METHODS[config.method]
+  return ssl_lib.get(method.ssl).min_samples if method.process == "fedavg" else 1
+
+
+def partition(config, train: data_lib.ImageSet):
+  """The run's clients: a list (or array) of index rows into `train`."""
+  if config.partition == "dirichlet_split":
+    return data_lib.dirichlet_label_split(
+        train.labels, num_clients=config.num_clients, alpha=config.alpha, seed=config.seed,
+        min_samples_per_client=min_samples_per_client(config),
+        num_samples=config.split_samples or None)
+  return data_lib.dirichlet_partition(
+      train.labels, num_clients=config.num_clients, samples_per_client=config.samples_per_client,
+      alpha=config.alpha, seed=config.seed)
 
 
 def keras_encoder(model_builder, weights: list[np.ndarray]) -> tf.keras.Model:
@@ -91,20 +127,18 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
                   progress: bool, random_init_baseline: bool = True
                   ) -> tuple[dict[str, Any], tf.keras.Model]:
   """Runs (or resumes) federated pretraining per `config`; returns the results and the encoder."""
-  partition = data_lib.dirichlet_partition(
-      train.labels, num_clients=config.num_clients, samples_per_client=config.samples_per_client,
-      alpha=config.alpha, seed=config.seed)  # Raises ValueError before anything is written.
-  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
-  if METHODS[config.method].process == "fedavg" and config.samples_per_client < 2:
-    raise ValueError(f"{config.method} needs >= 2 samples per client for its within-client loss; "
-                     f"got samples_per_client={config.samples_per_client}. Use dcco")
+  need = min_samples_per_client(config)
+  if config.partition == "dirichlet" and config.samples_per_client < need:
+    raise ValueError(f"{config.method} needs >= {need} samples per client for its within-client "
+                     f"loss; got samples_per_client={config.samples_per_client}. Use dcco")
+  clients_rows = partition(config, train)  # Raises ValueError before anything is written.
   from tff_ssl.experiment import hparams_json  # pylint: disable=g-import-not-at-top
   hparams = hparams_json(config)
   hparams_path = os.path.join(output_dir, "hparams.json")
   if os.path.exists(hparams_path) and open(hparams_path).read() != hparams:
     raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
                      f"flags or choose another --output_dir")
-  clients = PartitionedClientData(train, partition)
+  clients = PartitionedClientData(train, clients_rows)
 
   tf.keras.utils.set_random_seed(config.seed)
   builder = _ssl_keras_builder(config, train.image_shape)
@@ -124,6 +158,9 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   # Wall time and memory per round: machine-dependent, so apart from the reproducible metrics.csv.
   resources_release = tff.program.CSVFileReleaseManager(os.path.join(output_dir, "resources.csv"),
                                                         key_fieldname="round")
+  # The aggregation strategy's measurements (per-layer divergences, weights): many columns.
+  aggregation_release = tff.program.CSVFileReleaseManager(
+      os.path.join(output_dir, "aggregation.csv"), key_fieldname="round")
 
   state = process.initialize()
   loaded, version = asyncio.run(state_manager.load_latest(_state_to_program_state(state)))
@@ -153,6 +190,9 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       round_seconds = time.perf_counter() - round_start
       asyncio.run(csv_release.release(released, key=r))
       asyncio.run(tb_release.release(released, key=r))
+      if metrics.get("aggregation"):
+        asyncio.run(aggregation_release.release(metrics["aggregation"], key=r))
+        asyncio.run(tb_release.release({"aggregation": metrics["aggregation"]}, key=r))
       own_mb, worker_mb = runtime.resident_memory_mb()
       asyncio.run(resources_release.release(
           {"round_seconds": np.float32(round_seconds), "rss_mb": np.float32(own_mb),

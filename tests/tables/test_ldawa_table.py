@@ -1,0 +1,121 @@
+"""L-DAWA's Table 2 as data: the grid is the paper's (Sec. 4.2), and the paper scale runs on mock
+CIFAR-10 (2 rounds, local epochs capped, two rows)."""
+
+import csv
+import dataclasses
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+import tasks
+from tasks import ldawa_table2
+from tff_ssl import reproduce, table_report
+
+
+@pytest.mark.parametrize("scale", ["mini", "paper"])
+def test_grid_is_the_papers(scale):
+  table = tasks.get_table("ldawa_table2", scale)
+  assert [r.key for r in table.rows] == ["fedavg", "loss", "ldawa", "ldawa_fedavg", "ldawa_loss"]
+  assert [e.label_fraction for e in table.evaluations] == [1.0, 0.1, 0.01]
+  todo, skipped = reproduce.cells(table)
+  assert not skipped and len(todo) == 5 * len(table.columns)
+  for cell in todo:
+    c = table.cell_config(cell.row, cell.column)
+    assert c.aggregator == cell.row.key
+    assert c.method == ("fedavg_simclr" if cell.column.key.endswith("simclr") else "fedavg_cco")
+    # Cross-silo: 10 clients, all in every round, Dirichlet 0.1 over labels with unequal sizes.
+    assert (c.num_clients, c.clients_per_round, c.partition, c.alpha) == (
+        10, 10, "dirichlet_split", 0.1)
+    # Client SGD lr 0.03, momentum 0.9, weight decay 1e-4; the server takes the aggregate as is.
+    assert (c.client_optimizer, c.client_learning_rate, c.client_weight_decay) == (
+        "sgdm", 0.03, 1e-4)
+    assert (c.server_optimizer, c.server_learning_rate, c.server_lr_schedule) == (
+        "sgd", 1.0, "constant")
+    assert c.encoder == "resnet18" and c.eval_label_fraction == 1.0
+    if c.method == "fedavg_cco":  # Barlow Twins' lambda 5e-3 in CCO's lambda / (d - 1) form.
+      assert c.cco_lambda == pytest.approx(5e-3 * (c.projector[-1] - 1))
+  if scale == "paper":
+    assert {c.key for c in table.columns} == {"cifar10_simclr", "cifar10_barlow_twins",
+                                               "cifar100_simclr", "cifar100_barlow_twins"}
+    c = table.cell_config(table.rows[0], table.column("cifar100_simclr"))
+    assert (c.dataset, c.rounds, c.local_steps, c.local_batch_size, c.width, c.split_samples) == (
+        "cifar100", 200, 10, 256, 1.0, 0)
+  else:
+    c = table.cell_config(table.rows[0], table.columns[0])
+    assert c.dataset == "fashion_mnist" and c.rounds == ldawa_table2.MINI_ROUNDS
+
+
+def test_paper_numbers_are_table_2():
+  paper = ldawa_table2.paper().paper
+  # CIFAR-10 SimCLR: FedAvg 71.07 (100%), 53.32 (1%), 66.13 (10%) — the paper's column order.
+  assert paper[("linear_100", "fedavg", "cifar10_simclr")] == 71.07
+  assert paper[("linear_1", "fedavg", "cifar10_simclr")] == 53.32
+  assert paper[("linear_10", "fedavg", "cifar10_simclr")] == 66.13
+  assert paper[("linear_100", "ldawa_loss", "cifar100_barlow_twins")] == 41.89
+  assert paper[("linear_1", "loss", "cifar100_barlow_twins")] == 11.08
+  mini = ldawa_table2.mini().paper  # The mini table shows CIFAR-10's numbers.
+  assert mini[("linear_100", "ldawa", "barlow_twins")] == 69.31
+  assert len(mini) == 3 * 5 * 2
+
+
+def test_checks_on_hand_made_numbers():
+  table = ldawa_table2.mini()
+  records = [{"evaluation": "linear_100", "row": row, "column": col, "ours": v}
+             for (row, col), v in {("fedavg", "simclr"): 0.70, ("ldawa", "simclr"): 0.72,
+                                   ("ldawa_fedavg", "simclr"): 0.69, ("loss", "simclr"): 0.60,
+                                   ("ldawa_loss", "simclr"): 0.61,
+                                   ("fedavg", "barlow_twins"): 0.65}.items()]
+  lines = table.checks(table, records)
+  assert lines[0] == ("Fashion-MNIST SimCLR: L-DAWA 72.0 beats FedAvg 70.0 (+2.0 points)")
+  assert lines[1].startswith("Fashion-MNIST SimCLR: L-DAWA_FedAvg 69.0 **does not beat** FedAvg")
+  assert lines[2].endswith("(+1.0 points)")
+  assert len(lines) == 3  # Barlow Twins has no L-DAWA result yet.
+
+
+def mock_cifar10(num_train=400, num_test=100):
+  """tfds' mock of `cifar10`: random 32x32x3 images, labels cycling over the 10 classes."""
+  def as_dataset(self, split, **kwargs):  # pylint: disable=unused-argument
+    n = num_train if str(split).startswith("train") else num_test
+    rng = np.random.default_rng(0 if n == num_train else 1)
+    return tf.data.Dataset.from_tensor_slices({
+        "image": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+        "label": (np.arange(n) % 10).astype(np.int64)})
+  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+
+
+def test_paper_scale_runs_two_rounds(tmp_path):
+  """L-DAWA_Loss (the most involved strategy; the rows differ only in --aggregator) on Barlow Twins /
+  CIFAR-10, 2 rounds of 1 local epoch (capped from 10): full-width ResNet-18 on a CPU."""
+  table = ldawa_table2.paper().capped(2)
+  table = dataclasses.replace(
+      table, rows=(table.row("ldawa_loss"),),
+      columns=(table.column("cifar10_barlow_twins"),), selection_column="cifar10_barlow_twins")
+  table = dataclasses.replace(table, rows=tuple(dataclasses.replace(
+      r, config=dataclasses.replace(r.config, local_steps=1)) for r in table.rows))
+  out = str(tmp_path / "paper")
+  with mock_cifar10(num_train=160, num_test=60):
+    result = reproduce.reproduce(table, out, progress=False)
+  for row in ("ldawa_loss",):
+    run = os.path.join(out, "cells", row, "cifar10_barlow_twins")
+    hp = json.load(open(os.path.join(run, "hparams.json")))
+    assert (hp["dataset"], hp["encoder"], hp["width"], hp["aggregator"]) == (
+        "cifar10", "resnet18", 1.0, row)
+    assert (hp["local_batch_size"], hp["rounds"], hp["projector"]) == (256, 2, [2048, 2048])
+    with open(os.path.join(run, "aggregation.csv")) as f:
+      rows = list(csv.DictReader(f))
+    assert [r["round"] for r in rows] == ["0", "1"]
+    assert all(float(r["clients"]) == 10 for r in rows)
+    assert -1 <= float(rows[0]["model_delta"]) <= 1 and 0 < float(rows[0]["max_weight"]) <= 1
+    with open(os.path.join(run, "metrics.csv")) as f:
+      losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 2 and all(x > 0 for x in losses)
+  rows = list(csv.DictReader(open(result["table_csv"])))
+  ours = [r for r in rows if r["status"] == "ok"]
+  assert len(ours) == 3 and all(0 <= float(r["ours"]) <= 100 for r in ours)
+  md = open(result["table_md"]).read()
+  assert "| SSL method |" in md and "(69.5)" in md  # The paper's L-DAWA_Loss, CIFAR-10 BT, 100%.
+  assert table_report.fmt(0.5) == "50.0"

@@ -1,0 +1,78 @@
+"""Aggregation strategies as `tff.aggregators` factories, and their registry by name.
+
+  fedavg        FedAvg: beta_k = N_k / N                                    (fedavg.py)
+  uniform       beta_k = 1 / K                                              (uniform.py)
+  loss          beta_k = softmax(-L_k)                                      (loss.py)
+  mdawa         M-DAWA: (1/K) delta_k w_k, one angle for the whole model    (mdawa.py)
+  ldawa         L-DAWA: (1/K) delta_k^(l) w_k^(l), an angle per layer       (ldawa.py)
+  ldawa_fedavg  L-DAWA_FedAvg: (N_k / N) delta_k^(l) w_k^(l)
+  ldawa_loss    L-DAWA_Loss: softmax(-L_k) delta_k^(l) w_k^(l)
+
+Every factory is a `StrategyFactory` (base.py): a per-client stage and a weighted mean, taking the
+clients' `ClientInfo` as its weight, usable in both simulation modes of the FedAvg process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from tff_ssl.aggregators.base import (GRANULARITIES, WEIGHTINGS, ClientInfo, Contribution,
+                                      ModelLayout, StrategyFactory, client_info_type)
+from tff_ssl.aggregators.fedavg import FedAvgFactory
+from tff_ssl.aggregators.ldawa import LDAWAFactory
+from tff_ssl.aggregators.loss import LossFactory
+from tff_ssl.aggregators.mdawa import MDAWAFactory
+from tff_ssl.aggregators.uniform import UniformFactory
+
+
+@dataclasses.dataclass(frozen=True)
+class AggregatorConfig:
+  """A strategy by name and its options; `build(model)` makes the factory for a model.
+
+  granularity / scale_normalization: L-DAWA's layers ("layer": Keras layers, "tensor": each tensor)
+    and whether normalization tensors are scaled too (the authors' code). Read by the L-DAWA family.
+  fedavg_warmup_rounds: first rounds aggregated by plain FedAvg (the authors' code). DAWA family.
+  measure_divergence: report the mean cosine between client and global models (the paper's Fig. 4)
+    with a strategy that does not compute it anyway (the DAWA family always does).
+  """
+
+  name: str = "fedavg"
+  granularity: str = "layer"
+  scale_normalization: bool = False
+  fedavg_warmup_rounds: int = 0
+  measure_divergence: bool = False
+
+  def __post_init__(self):
+    if self.name not in AGGREGATORS:
+      raise ValueError(f"unknown aggregator {self.name!r}; choose one of {sorted(AGGREGATORS)}")
+    if self.granularity not in GRANULARITIES:
+      raise ValueError(f"unknown granularity {self.granularity!r}; choose one of "
+                       f"{list(GRANULARITIES)}")
+    if self.fedavg_warmup_rounds < 0:
+      raise ValueError(f"fedavg_warmup_rounds must be >= 0; got {self.fedavg_warmup_rounds}")
+
+  def build(self, model) -> StrategyFactory:
+    """The factory for a `FunctionalModel` (whose layers L-DAWA's angles follow)."""
+    return AGGREGATORS[self.name](self, model)
+
+
+def _ldawa(weighting: str) -> Callable[[AggregatorConfig, object], StrategyFactory]:
+  return lambda c, model: LDAWAFactory(
+      ModelLayout.from_model(model, c.granularity), weighting=weighting,
+      scale_normalization=c.scale_normalization, fedavg_warmup_rounds=c.fedavg_warmup_rounds)
+
+
+AGGREGATORS: dict[str, Callable[[AggregatorConfig, object], StrategyFactory]] = {
+    "fedavg": lambda c, model: FedAvgFactory(measure_divergence=c.measure_divergence),
+    "uniform": lambda c, model: UniformFactory(measure_divergence=c.measure_divergence),
+    "loss": lambda c, model: LossFactory(measure_divergence=c.measure_divergence),
+    "mdawa": lambda c, model: MDAWAFactory(len(model.weight_specs),
+                                           fedavg_warmup_rounds=c.fedavg_warmup_rounds),
+    "ldawa": _ldawa("uniform"),
+    "ldawa_fedavg": _ldawa("examples"),
+    "ldawa_loss": _ldawa("loss"),
+}
+# Options each strategy reads (any other non-default option is an error for it).
+DIVERGENCE_AWARE = ("mdawa", "ldawa", "ldawa_fedavg", "ldawa_loss")
+LAYERWISE = ("ldawa", "ldawa_fedavg", "ldawa_loss")

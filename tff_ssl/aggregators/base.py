@@ -1,0 +1,336 @@
+"""The shape every aggregation strategy here shares: a per-client stage and a weighted mean.
+
+Every strategy combines the clients' updates Delta_k = w_g - w_k (the FedAvg process's convention: the
+server optimizer takes the aggregate as a gradient, so server SGD at learning rate 1 sets
+w_g <- w_g - Delta, the papers' "new global model") as a weighted mean of a per-client value:
+
+    Delta = sum_k b_k v_k / sum_k b_k,        (v_k, log b_k) = client_stage(Delta_k, info_k)
+
+where info_k = ClientInfo(num_examples=N_k, loss=L_k, model=w_g) is what a weighting may use: the
+client's number of examples, its mean local training loss, and the global model it started from (every
+client holds it: it was broadcast). For FedAvg v_k = Delta_k, b_k = N_k; for L-DAWA the client's
+layer l enters as delta_k^(l) w_k^(l), i.e. v_k^(l) = w_g^(l) - delta_k^(l) w_k^(l).
+
+    next(state@SERVER, Delta_k@CLIENTS, info_k@CLIENTS)                         (reference simulation)
+      ──federated_map(client_stage)──►  v_k, log b_k, stats_k           at each client
+      [loss weighting: m = federated_max(log b_k), broadcast]            softmax needs a shift
+      b_k = exp(log b_k - m)
+      Delta = inner.next(v_k, b_k)       (inner: a weighted tff.aggregators factory, MeanFactory)
+      measurements = finish(federated_sum(stats_k), ...)
+
+`StrategyFactory` is a `tff.aggregators.WeightedAggregationFactory` whose weight argument is the
+`ClientInfo` struct (TFF lets an `AggregationProcess` take any CLIENTS-placed extra argument), so TFF's
+own factories compose with it: `tff.aggregators.clipping_factory(norm, LDAWAFactory(...))` clips each
+Delta_k before L-DAWA sees it (the weight passes through), and an inner factory (secure or noised
+sums) replaces the weighted mean.
+
+Grouped simulation. A TFF client slot there carries many real clients, so a per-client stage run by
+the aggregator would see a group's partial sum. `client_stage` is therefore also a plain TensorFlow
+function that the FedAvg process runs for every real client inside the slot; the slot folds its
+clients with `accumulate` (a running log-sum-exp weighted mean, exact and overflow-free) into one
+`Contribution` = (sum b_k v_k / sum b_k, log sum b_k, max log b_k, sum stats_k), and
+`create_grouped` builds the server stage alone, which is then the same computation as above from
+the `b_k = exp(...)` line on. A weighted mean of the slots' means is the weighted mean over clients.
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+import dataclasses
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl.aggregators import divergence
+
+WEIGHTINGS = ("examples", "uniform", "loss")
+
+
+class ClientInfo(NamedTuple):
+  """What a weighting may use about a client: the factories' weight argument."""
+
+  num_examples: Any  # float32 N_k.
+  loss: Any  # float32 L_k, the client's mean local training loss.
+  model: Any  # The global model w_g the client started from (a list of tensors).
+
+
+def client_info_type(value_type: tff.StructType) -> tff.StructType:
+  """The TFF type of `ClientInfo` for model (update) type `value_type`."""
+  return tff.StructWithPythonType([("num_examples", np.float32), ("loss", np.float32),
+                                   ("model", value_type)], collections.OrderedDict)
+
+
+class Contribution(NamedTuple):
+  """What one client (or a grouped slot of clients) hands the server stage."""
+
+  value: Any  # sum_k b_k v_k / sum_k b_k: a list of tensors like the model.
+  log_weight: Any  # log sum_k b_k.
+  max_log_weight: Any  # max_k log b_k (for the max_weight measurement).
+  stats: Any  # OrderedDict of per-client measurements, summed over clients.
+
+
+def base_log_weight(weighting: str, num_examples, loss):
+  """log b_k of the paper's weightings: FedAvg N_k / N, uniform 1 / K, Loss softmax(-L_k)."""
+  if weighting == "examples":
+    return tf.math.log(tf.cast(num_examples, tf.float32))
+  if weighting == "uniform":
+    return tf.zeros_like(tf.cast(num_examples, tf.float32))
+  return -tf.cast(loss, tf.float32)
+
+
+def check_weighting(weighting: str) -> None:
+  if weighting not in WEIGHTINGS:
+    raise ValueError(f"unknown weighting {weighting!r}; choose one of {list(WEIGHTINGS)}")
+
+
+class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
+  """A weighted mean of per-client values `client_stage(Delta_k, info_k)`; see the module docstring.
+
+  Subclasses set `weighting` and may override `client_stage` (and `stats_spec` / `finish` for the
+  measurements they add). `inner` (default `tff.aggregators.MeanFactory()`) computes the weighted
+  mean of the v_k with weights b_k. `measure_divergence`: also report the mean over clients of the
+  whole-model cosine between w_k and w_g (the L-DAWA paper's Fig. 4 curve); it needs each client's
+  own update, so the grouped simulation then trains a slot's clients one by one.
+
+  Measurements: `clients` (real clients aggregated), `max_weight` (the largest normalized weight
+  b_k / sum b: 1/K when all count alike, near 1 when one client dominates), and what subclasses add.
+  """
+
+  weighting: str = "examples"
+  # False: v_k = Delta_k (the grouped simulation may then batch one-step rounds; see fedavg.py).
+  transforms_update: bool = False
+
+  def __init__(self, *, inner: tff.aggregators.WeightedAggregationFactory | None = None,
+               measure_divergence: bool = False):
+    inner = inner if inner is not None else tff.aggregators.MeanFactory()
+    if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
+      raise TypeError(f"inner must be a weighted tff.aggregators factory (it receives the weights "
+                      f"b_k); got {type(inner).__name__}")
+    self._inner = inner
+    self.measure_divergence = measure_divergence
+
+  @property
+  def needs_client_updates(self) -> bool:
+    """Whether the per-client stage needs each client's own update (not only N_k and L_k)."""
+    return self.transforms_update or self.measure_divergence
+
+  # -- per client (TensorFlow) -------------------------------------------------------------------
+  @property
+  def shifted(self) -> bool:
+    """Whether the weights need the round's max as a shift (softmax(-L_k): exp(-L_k) underflows)."""
+    return self.weighting == "loss"
+
+  def stats_spec(self, value_specs: Sequence[tf.TensorSpec]) -> collections.OrderedDict:
+    """Shapes of the per-client measurements `client_stage` returns (summed over clients)."""
+    del value_specs
+    spec = collections.OrderedDict(clients=tf.TensorSpec([], tf.float32))
+    if self.measure_divergence:
+      spec["model_delta"] = tf.TensorSpec([], tf.float32)
+    return spec
+
+  def client_stage(self, update: Sequence[tf.Tensor], info: ClientInfo, round_num: tf.Tensor
+                   ) -> tuple[list[tf.Tensor], tf.Tensor, collections.OrderedDict]:
+    """(v_k, log b_k, stats_k) of one client. Default: FedAvg-style, v_k = Delta_k."""
+    del round_num
+    stats = collections.OrderedDict(clients=tf.constant(1.0))
+    if self.measure_divergence:
+      stats["model_delta"] = divergence.model_cosine(divergence.partial_sums(update, info.model))
+    return (list(update), base_log_weight(self.weighting, info.num_examples, info.loss), stats)
+
+  def finish(self, stats: collections.OrderedDict) -> collections.OrderedDict:
+    """Measurements from the summed per-client stats (server side)."""
+    out = collections.OrderedDict(clients=stats["clients"])
+    if "model_delta" in stats:  # Mean over clients of cos(w_g, w_k), the paper's Fig. 4.
+      out["model_delta"] = stats["model_delta"] / stats["clients"]
+    return out
+
+  # -- folding a slot's clients (TensorFlow) -----------------------------------------------------
+  def initial_accumulator(self, value_specs: Sequence[tf.TensorSpec]) -> Contribution:
+    """The empty running sum of `accumulate` (log weights at -inf: no client yet)."""
+    stats = collections.OrderedDict(
+        (k, tf.zeros(s.shape, s.dtype)) for k, s in self.stats_spec(value_specs).items())
+    neg_inf = tf.constant(-np.inf, tf.float32)
+    return Contribution([tf.zeros(s.shape, s.dtype) for s in value_specs], neg_inf, neg_inf, stats)
+
+  @staticmethod
+  def accumulate(acc: Contribution, value, log_weight, stats) -> Contribution:
+    """Adds one client to a running weighted mean kept relative to the largest log weight so far:
+    value = sum b v / sum b, log_weight = log sum b, both exact and free of exp overflow."""
+    top = tf.maximum(acc.log_weight, log_weight)
+    keep = tf.exp(acc.log_weight - top)  # 0 for the empty accumulator.
+    new = tf.exp(log_weight - top)
+    total = keep + new
+    merged = [(keep * a + new * v) / total for a, v in zip(acc.value, value)]
+    return Contribution(merged, top + tf.math.log(total),
+                        tf.maximum(acc.max_log_weight, log_weight),
+                        collections.OrderedDict((k, acc.stats[k] + stats[k]) for k in acc.stats))
+
+  def contribution(self, update, info: ClientInfo, round_num) -> Contribution:
+    """One client's `Contribution` (`client_stage` in the server stage's terms)."""
+    value, log_weight, stats = self.client_stage(update, info, round_num)
+    return Contribution(value, log_weight, log_weight, stats)
+
+  # -- TFF processes -----------------------------------------------------------------------------
+  def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
+    """The strategy over one client per TFF client: `weight_type` must be `client_info_type`.
+
+      next: (<state@SERVER, Delta_k@CLIENTS, ClientInfo@CLIENTS> ->
+             <state@SERVER, result=Delta@SERVER, measurements@SERVER>)
+    """
+    value_type = _check_value_type(value_type)
+    if not client_info_type(value_type).is_equivalent_to(tff.types.to_type(weight_type)):
+      raise TypeError(f"{type(self).__name__} weighs clients by their ClientInfo "
+                      f"(tff_ssl.aggregators.client_info_type(value_type)); got weight type "
+                      f"{weight_type}. Plain N_k weights: use tff.aggregators.MeanFactory")
+    specs = _specs(value_type)
+    contribution_type = self._contribution_type(value_type, specs)
+
+    @tff.tensorflow.computation(value_type, weight_type, np.int32)
+    def client_fn(update, info, round_num):
+      c = self.contribution(list(update), ClientInfo(info["num_examples"], info["loss"],
+                                                     list(info["model"])), round_num)
+      return _as_struct(c)
+
+    stage = self._server_stage(value_type, contribution_type, specs)
+
+    @tff.federated_computation(stage.initialize.type_signature.result,
+                               tff.FederatedType(value_type, tff.CLIENTS),
+                               tff.FederatedType(weight_type, tff.CLIENTS))
+    def next_fn(state, value, info):
+      round_at_clients = tff.federated_broadcast(state.round)
+      contributions = tff.federated_map(client_fn, (value, info, round_at_clients))
+      return stage.next(state, contributions)
+
+    return tff.templates.AggregationProcess(stage.initialize, next_fn)
+
+  def create_grouped(self, value_type) -> tff.templates.AggregationProcess:
+    """The server stage alone, for slots that ran `client_stage` per client and folded them with
+    `accumulate` (the grouped simulation). Its state is the same as `create`'s.
+
+      next: (<state@SERVER, Contribution@CLIENTS> -> <state, result=Delta@SERVER, measurements>)
+    """
+    value_type = _check_value_type(value_type)
+    specs = _specs(value_type)
+    return self._server_stage(value_type, self._contribution_type(value_type, specs), specs)
+
+  def contribution_type(self, value_type) -> tff.StructType:
+    """The TFF type of a `Contribution` for model type `value_type` (a grouped slot's output)."""
+    value_type = _check_value_type(value_type)
+    return self._contribution_type(value_type, _specs(value_type))
+
+  def _contribution_type(self, value_type, specs) -> tff.StructType:
+    stats = tff.StructType([(k, tff.TensorType(s.dtype.as_numpy_dtype, s.shape))
+                            for k, s in self.stats_spec(specs).items()])
+    return tff.StructType([("value", value_type), ("log_weight", np.float32),
+                           ("max_log_weight", np.float32), ("stats", stats)])
+
+  def _server_stage(self, value_type, contribution_type, specs) -> tff.templates.AggregationProcess:
+    inner = self._inner.create(value_type, tff.TensorType(np.float32))
+    shifted = self.shifted
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip(collections.OrderedDict(
+          round=tff.federated_value(np.int32(0), tff.SERVER), inner=inner.initialize()))
+
+    @tff.tensorflow.computation(np.float32, np.float32)
+    def weight_fn(log_weight, shift):
+      return tf.exp(log_weight - shift)
+
+    @tff.tensorflow.computation(np.int32)
+    def increment(r):
+      return r + 1
+
+    stats_type = contribution_type.stats
+
+    @tff.tensorflow.computation(stats_type, np.float32, np.float32, np.float32)
+    def finish_fn(stats, total, top, shift):
+      out = self.finish(collections.OrderedDict(
+          (k, getattr(stats, k)) for k in self.stats_spec(specs)))
+      out["max_weight"] = tf.exp(top - shift) / total  # The most any one client counted.
+      return out
+
+    @tff.federated_computation(init_fn.type_signature.result,
+                               tff.FederatedType(contribution_type, tff.CLIENTS))
+    def next_fn(state, contributions):
+      if shifted:
+        shift = tff.federated_max(contributions.log_weight)
+      else:
+        shift = tff.federated_value(np.float32(0.0), tff.SERVER)
+      weights = tff.federated_map(weight_fn, (contributions.log_weight,
+                                              tff.federated_broadcast(shift)))
+      out = inner.next(state.inner, contributions.value, weights)
+      measurements = tff.federated_map(finish_fn, (
+          tff.federated_sum(contributions.stats), tff.federated_sum(weights),
+          tff.federated_max(contributions.max_log_weight), shift))
+      new_state = tff.federated_zip(collections.OrderedDict(
+          round=tff.federated_map(increment, state.round), inner=out.state))
+      return tff.templates.MeasuredProcessOutput(state=new_state, result=out.result,
+                                                 measurements=measurements)
+
+    return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def _check_value_type(value_type) -> tff.StructType:
+  value_type = tff.types.to_type(value_type)
+  if not isinstance(value_type, tff.StructType) or not all(
+      isinstance(t, tff.TensorType) and np.issubdtype(t.dtype, np.floating)
+      for t in tff.structure.flatten(value_type)) or any(
+          isinstance(t, tff.StructType) for t in value_type):
+    raise TypeError(f"the aggregated value must be a flat struct of float tensors (a model's "
+                    f"weights or update); got {value_type}")
+  return value_type
+
+
+def _specs(value_type: tff.StructType) -> list[tf.TensorSpec]:
+  return [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in value_type]
+
+
+def _as_struct(c: Contribution) -> collections.OrderedDict:
+  return collections.OrderedDict(value=list(c.value), log_weight=c.log_weight,
+                                 max_log_weight=c.max_log_weight, stats=c.stats)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelLayout:
+  """Which layer each weight tensor belongs to, and which tensors are normalization parameters.
+
+  `groups[t]`: the name of tensor t's group (its Keras layer, or the tensor itself); tensors of one
+  group share one angular divergence in L-DAWA.
+  """
+
+  groups: tuple[str, ...]
+  normalization: tuple[bool, ...]
+
+  def __post_init__(self):
+    if len(self.groups) != len(self.normalization):
+      raise ValueError(f"a layout needs one group and one normalization flag per tensor; got "
+                       f"{len(self.groups)} and {len(self.normalization)}")
+
+  @classmethod
+  def from_model(cls, model, granularity: str = "layer") -> "ModelLayout":
+    """The layout of a `FunctionalModel`: per Keras layer ("layer") or per tensor ("tensor")."""
+    if granularity not in GRANULARITIES:
+      raise ValueError(f"unknown granularity {granularity!r}; choose one of {list(GRANULARITIES)}")
+    groups = model.layer_names if granularity == "layer" else model.names
+    return cls(tuple(groups), tuple(model.normalization))
+
+  @classmethod
+  def per_tensor(cls, num_tensors: int) -> "ModelLayout":
+    return cls(tuple(f"tensor{i}" for i in range(num_tensors)), (False,) * num_tensors)
+
+  @property
+  def names(self) -> tuple[str, ...]:
+    """The groups in order of first appearance."""
+    return tuple(dict.fromkeys(self.groups))
+
+  @property
+  def group_index(self) -> tuple[int, ...]:
+    index = {name: i for i, name in enumerate(self.names)}
+    return tuple(index[g] for g in self.groups)
+
+
+GRANULARITIES = ("layer", "tensor")

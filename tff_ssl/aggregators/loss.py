@@ -1,0 +1,20 @@
+"""Loss-based aggregation (the L-DAWA paper's "Loss" baseline, its ref. [10]): beta_k = softmax(-L_k).
+
+    Delta = sum_k exp(-L_k) Delta_k / sum_k exp(-L_k)
+
+L_k is the client's mean training loss over its local steps. Clients with lower loss count more; with
+losses that differ by tens (CCO / Barlow Twins losses are in the hundreds) the softmax gives one
+client nearly all the weight, which `max_weight` reports. Computed exactly as a softmax: the server
+first takes the round's largest -L_k (a `federated_max`) and every client's weight is
+exp(-L_k - max), so nothing overflows or underflows to 0/0.
+"""
+
+from __future__ import annotations
+
+from tff_ssl.aggregators.base import StrategyFactory
+
+
+class LossFactory(StrategyFactory):
+  """Mean of the client updates weighted by softmax(-L_k) of the clients' mean local losses."""
+
+  weighting = "loss"

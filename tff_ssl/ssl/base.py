@@ -1,0 +1,39 @@
+"""What a client SSL method is to the FedAvg process: heads, target network, and its loss.
+
+A method's loss sees `Outputs` of the two views: the online projections z1, z2, the online
+predictions p1, p2 (methods with a predictor head), and the target network's projections t1, t2
+(methods with a target network; within one round's local training the target is an exponential moving
+average of the online weights, started from the broadcast model, so at the first local step t = z).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+
+class Outputs(NamedTuple):
+  z1: Any
+  z2: Any
+  p1: Any = None
+  p2: Any = None
+  t1: Any = None
+  t2: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SSLMethod:
+  """A client SSL method for FedAvg-style training.
+
+  loss(outputs, hparams) -> scalar; per_client_loss(outputs, sizes, hparams) -> [K] losses of clients
+  whose rows are concatenated (the grouped simulation's batched pass). `hparams` is any object with
+  the fields named in `hparams` (the FedAvg config).
+  """
+
+  name: str
+  loss: Callable[[Outputs, Any], Any]
+  per_client_loss: Callable[[Outputs, Any, Any], Any]
+  predictor: bool = False  # The online network ends in a predictor head.
+  ema_target: bool = False  # A target network, the EMA of the online one during local training.
+  min_samples: int = 2  # Fewest images per client the loss is defined for.
+  hparams: tuple[str, ...] = ()  # Config fields the loss reads.
