@@ -423,10 +423,10 @@ def _fold_function(factory, specs, clients: int):
   def fold(updates_t, global_t, n, losses_t):
     acc = factory.initial_accumulator(specs)
     for k in range(clients):
-      c = factory.contribution(updates_t[k], aggregators.ClientInfo(n[k], losses_t[k], global_t),
-                               tf.constant(0))
-      acc = factory.accumulate(acc, c.value, c.log_weight, c.stats)
-    return acc.value
+      scale, log_weight, stats = factory.client_terms(
+          updates_t[k], aggregators.ClientInfo(n[k], losses_t[k], global_t), tf.constant(0))
+      acc = factory.accumulate(acc, updates_t[k], scale, log_weight, stats)
+    return factory.finalize(acc, global_t).value
   return fold
 
 

@@ -14,7 +14,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import aggregators
 from tff_ssl.aggregators import (FedAvgFactory, LDAWAFactory, LossFactory, MDAWAFactory,
-                                 ModelLayout, UniformFactory)
+                                 ModelLayout, UniformFactory, divergence)
 
 SCALAR = tff.StructWithPythonType([tff.TensorType(np.float32, [])], list)
 
@@ -252,11 +252,36 @@ def test_in_slot_accumulation_equals_one_client_at_a_time():
   values = [np.array([1.0, -1.0]), np.array([2.0, 0.0]), np.array([5.0, 5.0])]
   log_w = [-900.0, -899.0, -905.0]  # exp underflows in float32 without a shift.
   for v, lw in zip(values, log_w):
-    acc = factory.accumulate(acc, [tf.constant(v, tf.float32)], tf.constant(lw),
-                             collections.OrderedDict(clients=tf.constant(1.0)))
+    acc = factory.accumulate(acc, [tf.constant(v, tf.float32)], [tf.constant(1.0)],
+                             tf.constant(lw), collections.OrderedDict(clients=tf.constant(1.0)))
+  acc = factory.finalize(acc, [tf.constant([7.0, 7.0])])  # w_g: no term for FedAvg-style values.
   b = np.exp(np.array(log_w) - max(log_w))
   want = sum(bk * v for bk, v in zip(b, values)) / b.sum()
   np.testing.assert_allclose(acc.value[0].numpy(), want, rtol=0, atol=1e-6 * np.abs(want).max())
   np.testing.assert_allclose(acc.log_weight.numpy(), max(log_w) + np.log(b.sum()), rtol=1e-7)
   assert acc.max_log_weight.numpy() == -899.0
   assert acc.stats["clients"].numpy() == 3.0
+
+
+def test_in_slot_accumulation_of_scaled_values():
+  """The factored fold of DAWA values v_k = (1 - s_k) w_g + s_k Delta_k: two clients, two tensors,
+  weights 1 and 3, by hand: tensor 0 (s = 0.5, -1): v = (1.5, 2.5), (9, 11); mean (1.5 + 3 * 9) / 4,
+  (2.5 + 3 * 11) / 4. Tensor 1 (s = 1, 1): v = Delta, mean (1 + 3 * 5) / 4."""
+  factory = LDAWAFactory(ModelLayout.per_tensor(2))
+  specs = [tf.TensorSpec([2], tf.float32), tf.TensorSpec([1], tf.float32)]
+  w_g = [tf.constant([2.0, 3.0]), tf.constant([4.0])]
+  deltas = [[tf.constant([1.0, 2.0]), tf.constant([1.0])],
+            [tf.constant([-5.0, -5.0]), tf.constant([5.0])]]
+  scales = [[tf.constant(0.5), tf.constant(1.0)], [tf.constant(-1.0), tf.constant(1.0)]]
+  stats = collections.OrderedDict(clients=tf.constant(1.0), model_delta=tf.constant(0.0),
+                                  layer_delta=tf.zeros([2]), fedavg_warmup=tf.constant(0.0))
+  acc = factory.initial_accumulator(specs)
+  for d, sc, lw in zip(deltas, scales, (0.0, np.log(3.0))):
+    acc = factory.accumulate(acc, d, sc, tf.constant(lw, tf.float32), stats)
+  out = factory.finalize(acc, w_g)
+  np.testing.assert_allclose(out.value[0].numpy(), [28.5 / 4, 35.5 / 4], rtol=1e-6)
+  np.testing.assert_allclose(out.value[1].numpy(), [(1.0 + 15.0) / 4], rtol=1e-6)
+  np.testing.assert_allclose(out.log_weight.numpy(), np.log(4.0), rtol=1e-6)
+  # The same as each client's own `client_stage` value, averaged.
+  v = [divergence.scaled_update(d, w_g, sc) for d, sc in zip(deltas, scales)]
+  np.testing.assert_allclose(out.value[0].numpy(), (v[0][0] + 3 * v[1][0]).numpy() / 4, rtol=1e-6)

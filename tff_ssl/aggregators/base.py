@@ -25,9 +25,10 @@ Delta_k before L-DAWA sees it (the weight passes through), and an inner factory 
 sums) replaces the weighted mean.
 
 Grouped simulation. A TFF client slot there carries many real clients, so a per-client stage run by
-the aggregator would see a group's partial sum. `client_stage` is therefore also a plain TensorFlow
-function that the FedAvg process runs for every real client inside the slot; the slot folds its
-clients with `accumulate` (a running log-sum-exp weighted mean, exact and overflow-free) into one
+the aggregator would see a group's partial sum. `client_terms` (the factored `client_stage`) is
+therefore also a plain TensorFlow function that the FedAvg process runs for every real client inside
+the slot; the slot folds its clients with `accumulate` (a running log-sum-exp weighted mean, exact and
+overflow-free, one scaled add per parameter and client) and `finalize`s them into one
 `Contribution` = (sum b_k v_k / sum b_k, log sum b_k, max log b_k, sum stats_k), and
 `create_grouped` builds the server stage alone, which is then the same computation as above from
 the `b_k = exp(...)` line on. A weighted mean of the slots' means is the weighted mean over clients.
@@ -69,6 +70,22 @@ class Contribution(NamedTuple):
   value: Any  # sum_k b_k v_k / sum_k b_k: a list of tensors like the model.
   log_weight: Any  # log sum_k b_k.
   max_log_weight: Any  # max_k log b_k (for the max_weight measurement).
+  stats: Any  # OrderedDict of per-client measurements, summed over clients.
+
+
+class Accumulator(NamedTuple):
+  """A grouped slot's running weighted mean, kept in the factored form of the DAWA values
+  v_k = (1 - s_k) w_g + s_k Delta_k (per tensor scale s_k; s_k = 1 for FedAvg-style strategies):
+
+    update = sum_k b_k s_k Delta_k / sum_k b_k,   model_weight[t] = sum_k b_k (1 - s_k[t]) / sum_k b_k
+
+  so folding a client costs one scaled add per parameter whatever the strategy; `finalize` adds the
+  w_g term once per slot."""
+
+  update: Any  # A list of tensors like the model.
+  model_weight: Any  # [T] coefficient of w_g per tensor.
+  log_weight: Any  # log sum_k b_k.
+  max_log_weight: Any  # max_k log b_k.
   stats: Any  # OrderedDict of per-client measurements, summed over clients.
 
 
@@ -131,14 +148,24 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
       spec["model_delta"] = tf.TensorSpec([], tf.float32)
     return spec
 
-  def client_stage(self, update: Sequence[tf.Tensor], info: ClientInfo, round_num: tf.Tensor
+  def client_terms(self, update: Sequence[tf.Tensor], info: ClientInfo, round_num: tf.Tensor
                    ) -> tuple[list[tf.Tensor], tf.Tensor, collections.OrderedDict]:
-    """(v_k, log b_k, stats_k) of one client. Default: FedAvg-style, v_k = Delta_k."""
+    """(s_k, log b_k, stats_k) of one client: its value is v_k = (1 - s_k) w_g + s_k Delta_k per
+    tensor (`divergence.scaled_update`). Default: FedAvg-style, s_k = 1 (v_k = Delta_k)."""
     del round_num
     stats = collections.OrderedDict(clients=tf.constant(1.0))
     if self.measure_divergence:
       stats["model_delta"] = divergence.model_cosine(divergence.partial_sums(update, info.model))
-    return (list(update), base_log_weight(self.weighting, info.num_examples, info.loss), stats)
+    ones = [tf.constant(1.0)] * len(update)
+    return ones, base_log_weight(self.weighting, info.num_examples, info.loss), stats
+
+  def client_stage(self, update: Sequence[tf.Tensor], info: ClientInfo, round_num: tf.Tensor
+                   ) -> tuple[list[tf.Tensor], tf.Tensor, collections.OrderedDict]:
+    """(v_k, log b_k, stats_k) of one client (what it sends in the reference simulation)."""
+    scale, log_weight, stats = self.client_terms(update, info, round_num)
+    value = (list(update) if not self.transforms_update
+             else divergence.scaled_update(update, info.model, scale))
+    return value, log_weight, stats
 
   def finish(self, stats: collections.OrderedDict) -> collections.OrderedDict:
     """Measurements from the summed per-client stats (server side)."""
@@ -148,25 +175,35 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
     return out
 
   # -- folding a slot's clients (TensorFlow) -----------------------------------------------------
-  def initial_accumulator(self, value_specs: Sequence[tf.TensorSpec]) -> Contribution:
+  def initial_accumulator(self, value_specs: Sequence[tf.TensorSpec]) -> Accumulator:
     """The empty running sum of `accumulate` (log weights at -inf: no client yet)."""
     stats = collections.OrderedDict(
         (k, tf.zeros(s.shape, s.dtype)) for k, s in self.stats_spec(value_specs).items())
     neg_inf = tf.constant(-np.inf, tf.float32)
-    return Contribution([tf.zeros(s.shape, s.dtype) for s in value_specs], neg_inf, neg_inf, stats)
+    return Accumulator([tf.zeros(s.shape, s.dtype) for s in value_specs],
+                       tf.zeros([len(value_specs)], tf.float32), neg_inf, neg_inf, stats)
 
   @staticmethod
-  def accumulate(acc: Contribution, value, log_weight, stats) -> Contribution:
-    """Adds one client to a running weighted mean kept relative to the largest log weight so far:
-    value = sum b v / sum b, log_weight = log sum b, both exact and free of exp overflow."""
+  def accumulate(acc: Accumulator, update, scale, log_weight, stats) -> Accumulator:
+    """Adds one client (its Delta_k and `client_terms`) to a running weighted mean kept relative to
+    the largest log weight so far: exact, and free of exp overflow for any loss scale."""
     top = tf.maximum(acc.log_weight, log_weight)
     keep = tf.exp(acc.log_weight - top)  # 0 for the empty accumulator.
     new = tf.exp(log_weight - top)
     total = keep + new
-    merged = [(keep * a + new * v) / total for a, v in zip(acc.value, value)]
-    return Contribution(merged, top + tf.math.log(total),
-                        tf.maximum(acc.max_log_weight, log_weight),
-                        collections.OrderedDict((k, acc.stats[k] + stats[k]) for k in acc.stats))
+    c_keep, c_new = keep / total, new / total
+    scale = tf.stack([tf.cast(x, tf.float32) for x in scale])
+    merged = [c_keep * a + (c_new * scale[t]) * u
+              for t, (a, u) in enumerate(zip(acc.update, update))]
+    return Accumulator(merged, c_keep * acc.model_weight + c_new * (1.0 - scale),
+                       top + tf.math.log(total), tf.maximum(acc.max_log_weight, log_weight),
+                       collections.OrderedDict((k, acc.stats[k] + stats[k]) for k in acc.stats))
+
+  def finalize(self, acc: Accumulator, model) -> Contribution:
+    """The slot's `Contribution`: sum_k b_k v_k / sum_k b_k with the w_g term added once."""
+    value = (list(acc.update) if not self.transforms_update else
+             [u + acc.model_weight[t] * g for t, (u, g) in enumerate(zip(acc.update, model))])
+    return Contribution(value, acc.log_weight, acc.max_log_weight, acc.stats)
 
   def contribution(self, update, info: ClientInfo, round_num) -> Contribution:
     """One client's `Contribution` (`client_stage` in the server stage's terms)."""

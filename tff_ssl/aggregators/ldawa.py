@@ -79,7 +79,7 @@ class LDAWAFactory(StrategyFactory):
     spec["fedavg_warmup"] = tf.TensorSpec([], tf.float32)
     return spec
 
-  def client_stage(self, update: Sequence[tf.Tensor], info: ClientInfo, round_num):
+  def client_terms(self, update: Sequence[tf.Tensor], info: ClientInfo, round_num):
     update, model = list(update), list(info.model)
     self._check(update)
     sums = divergence.partial_sums(update, model)
@@ -93,7 +93,7 @@ class LDAWAFactory(StrategyFactory):
     stats = collections.OrderedDict(
         clients=tf.constant(1.0), model_delta=divergence.model_cosine(sums), layer_delta=deltas,
         fedavg_warmup=tf.cast(warmup, tf.float32))
-    return divergence.scaled_update(update, model, scale), log_weight, stats
+    return scale, log_weight, stats
 
   def finish(self, stats) -> collections.OrderedDict:
     clients = stats["clients"]

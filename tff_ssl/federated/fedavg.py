@@ -255,14 +255,15 @@ class FedAvgSSLProcess(common.ServerLoop):
         client = {"images": images, "ids": ids}
         delta, first_loss, mean_loss = local_training(model, cfg, weights, seed, client)
         n = common.num_examples(client)
-        c = factory.contribution(delta, ClientInfo(n, mean_loss, list(weights)), round_num)
-        return (factory.accumulate(acc[0], c.value, c.log_weight, c.stats),
+        scale, log_weight, stats = factory.client_terms(
+            delta, ClientInfo(n, mean_loss, list(weights)), round_num)
+        return (factory.accumulate(acc[0], delta, scale, log_weight, stats),
                 acc[1] + n * first_loss, acc[2] + n)
 
       zero = tf.constant(0.0)
-      contribution, loss_sum, n = grouping.fold_clients(
+      acc, loss_sum, n = grouping.fold_clients(
           data, one_client, (factory.initial_accumulator(specs), zero, zero))
-      return contribution, loss_sum / n, n
+      return factory.finalize(acc, list(weights)), loss_sum / n, n
 
     if simulation.grouped:
       @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, np.int32)
