@@ -287,8 +287,9 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
 
 
 # -- aggregation cost ------------------------------------------------------------------------------
-AGGREGATION_FIELDS = ("strategy", "clients", "parameters", "tff_process_s", "tff_process_ratio",
-                      "client_stage_s", "client_stage_ratio", "tff_total_s", "tff_make_values_s")
+AGGREGATION_FIELDS = ("strategy", "clients", "parameters", "server_stage_s", "server_stage_ratio",
+                      "tff_process_s", "tff_process_ratio", "client_stage_s", "client_stage_ratio",
+                      "tff_total_s", "tff_make_values_s")
 
 
 def ldawa_model(image_shape) -> Callable[[], tf.keras.Model]:
@@ -330,7 +331,11 @@ def _value_makers(specs, scales):
 
 def time_aggregation(model_builder, strategies, *, clients: int = 10, warmup: int = 2,
                      repeats: int = 5, log=print) -> list[dict]:
-  """Median time of one aggregation of `clients` client updates by each strategy, two ways:
+  """Median time of one aggregation of `clients` client updates by each strategy, three ways:
+
+    server_stage  what the server computes (`create_grouped`): the weighted mean of the values the
+                  clients send, each having computed its own value and weight (for the DAWA family,
+                  its layer angles: a client holds w_g and w_k). Net of making the values, as below.
 
     tff_process   the strategy's TFF aggregation process (`factory.create(...).next`) in the TFF
                   worker, reference simulation (one TFF client per client; what a deployment runs):
@@ -388,17 +393,24 @@ def time_aggregation(model_builder, strategies, *, clients: int = 10, warmup: in
     aggregate = _aggregate_made_values(process, made_at_clients, checksum_result)
     state = process.initialize()
     total_s = _median_time(lambda r, aggregate=aggregate: aggregate(state, ks), warmup, repeats)
+    server_only = _server_stage_of_made_values(factory, w_type, specs, make_client,
+                                               made_at_clients, checksum_result)
+    server_state = factory.create_grouped(w_type).initialize()
+    server_s = _median_time(lambda r, server_only=server_only: server_only(server_state, ks),
+                            warmup, repeats)
     fold = _fold_function(factory, specs, clients)
     n = tf.constant([100.0 + 50.0 * k for k in ks])
     losses_t = tf.constant([5.0 + 0.1 * k for k in ks])
     stage_s = _median_time(lambda r, fold=fold: fold(updates_t, global_t, n, losses_t)[0].numpy(),
                            warmup, repeats)
     rows.append({"strategy": name, "clients": clients, "parameters": params,
+                 "server_stage_s": max(server_s - make_s, 0.0),
                  "tff_process_s": max(total_s - make_s, 0.0), "client_stage_s": stage_s,
                  "tff_total_s": total_s, "tff_make_values_s": make_s})
-    log(f"  {name}: TFF process {total_s - make_s:.3f} s (total {total_s:.3f} s), client stage "
-        f"{stage_s:.3f} s")
+    log(f"  {name}: server stage {server_s - make_s:.3f} s, TFF process {total_s - make_s:.3f} s "
+        f"(total {total_s:.3f} s), client stage {stage_s:.3f} s")
   for row in rows:
+    row["server_stage_ratio"] = row["server_stage_s"] / max(rows[0]["server_stage_s"], 1e-9)
     row["tff_process_ratio"] = row["tff_process_s"] / max(rows[0]["tff_process_s"], 1e-9)
     row["client_stage_ratio"] = row["client_stage_s"] / rows[0]["client_stage_s"]
   return rows
@@ -413,6 +425,32 @@ def _aggregate_made_values(process, made_at_clients, checksum_result):
     out = process.next(state, values.update, values.info)
     return tff.federated_map(checksum_result, out.result)
   return aggregate
+
+
+def _server_stage_of_made_values(factory, w_type, specs, make_client, made_at_clients,
+                                 checksum_result):
+  """The strategy's server stage alone (`create_grouped`: the weighted mean of what clients send,
+  after each computed its own value and weight), on values made at CLIENTS; returns a checksum."""
+  from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
+  server = factory.create_grouped(w_type)
+  stats_specs = factory.stats_spec(specs)
+
+  @tff.tensorflow.computation(make_client.type_signature.result)
+  def as_contribution(v):
+    info = v["info"]
+    log_weight = aggregators.base.base_log_weight(factory.weighting, info["num_examples"],
+                                                  info["loss"])
+    return collections.OrderedDict(
+        value=list(v["update"]), log_weight=log_weight, max_log_weight=log_weight,
+        stats=collections.OrderedDict((k, tf.zeros(sp.shape, sp.dtype))
+                                      for k, sp in stats_specs.items()))
+
+  @tff.federated_computation(server.initialize.type_signature.result,
+                             tff.FederatedType(np.int32, tff.CLIENTS))
+  def server_only(state, ks):
+    contributions = tff.federated_map(as_contribution, made_at_clients(ks))
+    return tff.federated_map(checksum_result, server.next(state, contributions).result)
+  return server_only
 
 
 def _fold_function(factory, specs, clients: int):
@@ -432,11 +470,12 @@ def _fold_function(factory, specs, clients: int):
 
 def format_aggregation_table(rows: list[dict]) -> str:
   lines = [f"Aggregation of {rows[0]['clients']} client updates of {rows[0]['parameters']:,} "
-           f"parameters (median; TFF process: net of {rows[0]['tff_make_values_s']:.3f} s to make "
+           f"parameters (median; server stage and TFF process: net of {rows[0]['tff_make_values_s']:.3f} s to make "
            f"the clients' values in the worker):", "",
-           "| strategy | TFF aggregation process s | ÷ FedAvg | client stage + mean (tf.function) s "
-           "| ÷ FedAvg |", "|---|---|---|---|---|"]
+           "| strategy | server stage s | ÷ FedAvg | TFF aggregation process s | ÷ FedAvg "
+           "| client stage + mean (tf.function) s | ÷ FedAvg |", "|---|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append(f"| {r['strategy']} | {r['tff_process_s']:.3f} | {r['tff_process_ratio']:.2f} | "
+    lines.append(f"| {r['strategy']} | {r['server_stage_s']:.3f} | {r['server_stage_ratio']:.2f} | "
+                 f"{r['tff_process_s']:.3f} | {r['tff_process_ratio']:.2f} | "
                  f"{r['client_stage_s']:.3f} | {r['client_stage_ratio']:.2f} |")
   return "\n".join(lines)
