@@ -307,17 +307,16 @@ AGGREGATION_MODELS = {"resnet18": ldawa_model, "tiny": tiny_model}
 def _value_makers(specs, scales):
   """Plain TF functions that make the clients' values cheaply (also run inside the TFF worker).
 
-  `make_global()`: a seeded global model w_g and a seeded direction D (1e-2 of each tensor's
-  scale), made once at the server and broadcast. `make_client(g, k)`: client k's update
-  Delta_k = a_k D + b_k 1e-2 w_g (a_k, b_k vary over k, so the clients' angles differ) and its
-  ClientInfo (N_k = 100 + 50 k, L_k = 5 + 0.1 k, the model w_g): two multiply-adds per parameter.
+  Aggregation arithmetic does not depend on the values, so they are made at memset speed, keeping the
+  time to make them (subtracted from the measurements, with its noise) small: `make_global()`: a
+  global model w_g and a direction D, each tensor constant (its scale). `make_client(g, k)`: client
+  k's update Delta_k = a_k D + b_k w_g and its ClientInfo (N_k = 100 + 50 k, L_k = 5 + 0.1 k, the
+  model w_g).
   """
   def make_global():
     return collections.OrderedDict(
-        w=[s * tf.random.stateless_normal(spec.shape, [0, i])
-           for i, (spec, s) in enumerate(zip(specs, scales))],
-        d=[1e-2 * s * tf.random.stateless_normal(spec.shape, [1, i])
-           for i, (spec, s) in enumerate(zip(specs, scales))])
+        w=[tf.fill(spec.shape, s) for spec, s in zip(specs, scales)],
+        d=[tf.fill(spec.shape, -1e-2 * s) for spec, s in zip(specs, scales)])
 
   def make_client(g, k):
     k_f = tf.cast(k, tf.float32)
@@ -340,8 +339,8 @@ def time_aggregation(model_builder, strategies, *, clients: int = 10, warmup: in
     tff_process   the strategy's TFF aggregation process (`factory.create(...).next`) in the TFF
                   worker, reference simulation (one TFF client per client; what a deployment runs):
                   the per-client stage at CLIENTS, then the weighted mean at the server. The clients'
-                  values are made inside the worker (a seeded model broadcast, each client's
-                  update from its index), so that no 10 x 2 models cross from Python (≈ 35 s for
+                  values are made inside the worker (a model broadcast, each client's update
+                  from its index), so that no 10 x 2 models cross from Python (≈ 35 s for
                   ResNet-18, the same for every strategy); the time to make them (`tff_make_values_s`, the same computation without the
                   aggregation) is subtracted from the total (`tff_total_s`).
     client_stage  the per-client stage and the fold of every client into the weighted mean as one

@@ -52,6 +52,8 @@ def test_any_ssl_method_with_any_aggregator(tmp_path):
   assert [float(r[warmup]) for r in rows[1:]] == [1.0, 0.0]
   deltas = [float(x) for r in rows[1:] for h, x in zip(header, r) if h.startswith("layer_delta/")]
   assert all(-1.0 <= d <= 1.0 for d in deltas)
+  losses = [float(r.split(",")[1]) for r in (out / "metrics.csv").read_text().splitlines()[1:]]
+  assert len(losses) == 2 and all(x > 0 for x in losses)  # The clients' first-step BYOL loss.
   hparams = json.loads((out / "hparams.json").read_text())
   assert hparams["aggregator"] == "ldawa_loss" and hparams["partition"] == "dirichlet_split"
 
