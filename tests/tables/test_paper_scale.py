@@ -5,23 +5,13 @@ import dataclasses
 import json
 import os
 
-import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
-
 from tasks import dcco_table1
 from tff_ssl import reproduce
+from tests.tables.mock_data import mock_cifar
 
 
 def mock_cifar100(num_train=50_000, num_test=100):
-  """tfds' mock of `cifar100`: random 32x32x3 images, labels cycling over the 100 classes."""
-  def as_dataset(self, split, **kwargs):  # pylint: disable=unused-argument
-    n = num_train if str(split).startswith("train") else num_test
-    rng = np.random.default_rng(0 if n == num_train else 1)
-    return tf.data.Dataset.from_tensor_slices({
-        "image": rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-        "label": (np.arange(n) % 100).astype(np.int64)})
-  return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+  return mock_cifar(100, num_train, num_test)
 
 
 def test_paper_scale_runs_two_rounds_of_every_row(tmp_path):
