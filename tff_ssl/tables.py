@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Mapping, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 from tff_ssl import evaluation
 from tff_ssl import ssl as ssl_lib
@@ -199,6 +199,54 @@ class Table:
     return dataclasses.replace(row.config, eval_label_fraction=label_fraction, steps=steps,
                                batch_size=max(2, batch))
 
+  def select(self, rows: Sequence[str] | None = None, columns: Sequence[str] | None = None
+             ) -> "Table":
+    """The same table restricted to `rows` / `columns` (keys, in the table's order; None: all)."""
+    def keep(kind, wanted, have):
+      if wanted is None:
+        return have
+      unknown = [k for k in wanted if k not in {x.key for x in have}]
+      if unknown:
+        raise ValueError(f"table {self.name} has no {kind} {unknown[0]!r}; choose from "
+                         f"{[x.key for x in have]}")
+      return tuple(x for x in have if x.key in wanted)
+    kept_rows = keep("row", rows, self.rows)
+    kept_columns = keep("column", columns, self.columns)
+    keys = {r.key for r in kept_rows}
+    for r in kept_rows:
+      if r.select_with and r.select_with not in keys:
+        raise ValueError(f"row {r.key!r} takes its learning rate from row {r.select_with!r}'s "
+                         f"pilots; select {r.select_with!r} too")
+    selection = self.selection_column
+    if selection not in {c.key for c in kept_columns}:
+      if any(len(r.learning_rates) > 1 and not r.select_with for r in kept_rows):
+        raise ValueError(f"the learning-rate pilots run in column {selection!r}; select it too")
+      selection = kept_columns[0].key  # No pilots: the selection column is not used.
+    return dataclasses.replace(self, rows=kept_rows, columns=kept_columns,
+                               selection_column=selection)
+
+  def with_settings(self, settings: Mapping[str, Any]) -> "Table":
+    """The same grid with config fields changed in every run (a variant of the table, e.g. the
+    L-DAWA authors' FedAvg warm-up); an error if a row cannot take a setting or a column sets it."""
+    if not settings:
+      return self
+    for c in self.columns:
+      mine = set(dict(c.overrides)) | {name for name in ("num_clients", "samples_per_client",
+                                                         "clients_per_round") if getattr(c, name)}
+      if c.alpha is not None:
+        mine.add("alpha")
+      clash = sorted(mine & set(settings))
+      if clash:
+        raise ValueError(f"column {c.key!r} sets {clash[0]} itself; leave {clash[0]} out of the "
+                         f"settings or select other columns")
+    rows = []
+    for r in self.rows:
+      try:
+        rows.append(dataclasses.replace(r, config=dataclasses.replace(r.config, **settings)))
+      except ValueError as e:
+        raise ValueError(f"row {r.key!r}: {e}; select the rows the setting applies to") from None
+    return dataclasses.replace(self, rows=tuple(rows))
+
   def capped(self, max_rounds: int) -> "Table":
     """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps
     (and local epochs), a smoke run of the grid, e.g. the paper scale on new hardware."""
@@ -214,3 +262,32 @@ class Table:
         self, rows=tuple(cap_row(r) for r in self.rows), evaluations=evals,
         curve_every=min(self.curve_every, max_rounds), max_rounds=max_rounds, notes=self.notes + (
                 f"capped at {max_rounds} rounds/steps per run (a smoke run, not a result)",))
+
+
+def parse_settings(items: Sequence[str]) -> dict[str, Any]:
+  """{field: value} from "FIELD=VALUE" strings, each value typed as the `ExperimentConfig` field's
+  default (int, float, bool: true/false, str, tuple: comma-separated integers)."""
+  defaults = {f.name: f.default for f in dataclasses.fields(ExperimentConfig)}
+  out: dict[str, Any] = {}
+  for item in items:
+    name, sep, text = item.partition("=")
+    if not sep or name not in defaults:
+      raise ValueError(f"setting {item!r} is not FIELD=VALUE with FIELD one of ExperimentConfig's "
+                       f"fields (bin/train --helpfull lists them)")
+    default = defaults[name]
+    try:
+      if isinstance(default, bool):
+        if text.lower() not in ("true", "false", "1", "0"):
+          raise ValueError
+        value = text.lower() in ("true", "1")
+      elif isinstance(default, tuple):
+        value = tuple(int(x) for x in text.split(",") if x)
+      elif default is None or isinstance(default, str):
+        value = text
+      else:
+        value = type(default)(text)
+    except ValueError:
+      raise ValueError(f"setting {item!r}: {text!r} is not a valid "
+                       f"{type(default).__name__} for {name}") from None
+    out[name] = value
+  return out

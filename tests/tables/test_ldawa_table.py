@@ -88,7 +88,7 @@ def test_paper_scale_runs_two_rounds(tmp_path):
   table = dataclasses.replace(table, rows=tuple(dataclasses.replace(
       r, config=dataclasses.replace(r.config, local_steps=1)) for r in table.rows))
   out = str(tmp_path / "paper")
-  with mock_cifar10(num_train=160, num_test=60):
+  with mock_cifar10(num_train=60, num_test=60):
     result = reproduce.reproduce(table, out, progress=False)
   for row in ("ldawa_loss",):
     run = os.path.join(out, "cells", row, "cifar10_barlow_twins")
@@ -110,3 +110,18 @@ def test_paper_scale_runs_two_rounds(tmp_path):
   md = open(result["table_md"]).read()
   assert "| SSL method |" in md and "(69.5)" in md  # The paper's L-DAWA_Loss, CIFAR-10 BT, 100%.
   assert table_report.fmt(0.5) == "50.0"
+
+
+def test_a_diverged_dawa_run_names_the_warmup():
+  from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
+  table = ldawa_table2.mini()
+  column = table.column("barlow_twins")
+  hint = runner._divergence_hint(table.cell_config(table.row("ldawa"), column))  # pylint: disable=protected-access
+  assert hint.startswith("ldawa shrinks layers whose cosine to the global model is low: start with "
+                         "FedAvg rounds (--fedavg_warmup_rounds=2")
+  assert hint.endswith("or lower --server_learning_rate (now 1.0)")
+  warm = table.select(["ldawa"]).with_settings({"fedavg_warmup_rounds": 2})
+  assert runner._divergence_hint(warm.cell_config(warm.row("ldawa"), column)) == (  # pylint: disable=protected-access
+      "lower --server_learning_rate (now 1.0)")
+  assert runner._divergence_hint(table.cell_config(table.row("fedavg"), column)) == (  # pylint: disable=protected-access
+      "lower --server_learning_rate (now 1.0)")

@@ -128,3 +128,45 @@ def test_select_with_must_name_a_piloted_row_of_the_same_candidates():
     rows = tuple(bad if r.key == "centralized_cco" else r for r in table.rows)
     with pytest.raises(ValueError, match="row 'centralized_cco' selects with"):
       dataclasses.replace(table, rows=rows)
+
+
+def test_select_rows_and_columns():
+  table = tasks.get_table("dcco_table1", "mini")
+  part = table.select(["dcco", "centralized_cco"], ["noniid_16", "iid_4"])
+  assert [r.key for r in part.rows] == ["dcco", "centralized_cco"]
+  assert [c.key for c in part.columns] == ["noniid_16", "iid_4"]  # The table's order.
+  assert table.select() == table
+  with pytest.raises(ValueError, match="takes its learning rate from row 'dcco'.*select 'dcco' too"):
+    table.select(["centralized_cco"])
+  with pytest.raises(ValueError, match="pilots run in column 'noniid_16'; select it too"):
+    table.select(["dcco"], ["iid_4"])
+  with pytest.raises(ValueError, match="has no row 'ldawa'; choose from"):
+    table.select(["ldawa"])
+  # Without pilots the selection column is not used: the first kept column stands in.
+  l2 = tasks.get_table("ldawa_table2", "mini").select(["ldawa"], ["barlow_twins"])
+  assert l2.selection_column == "barlow_twins"
+
+
+def test_settings_change_every_run_or_fail_loudly():
+  assert tables.parse_settings(["fedavg_warmup_rounds=2", "blur=true", "projector=64,32",
+                                "client_learning_rate=1e-2", "dataset=cifar10"]) == {
+      "fedavg_warmup_rounds": 2, "blur": True, "projector": (64, 32),
+      "client_learning_rate": 0.01, "dataset": "cifar10"}
+  for bad, needle in (("warmup=2", "not FIELD=VALUE"), ("rounds", "not FIELD=VALUE"),
+                      ("rounds=2.5", "'2.5' is not a valid int for rounds"),
+                      ("blur=maybe", "not a valid bool")):
+    with pytest.raises(ValueError, match=needle):
+      tables.parse_settings([bad])
+  l2 = tasks.get_table("ldawa_table2", "mini")
+  warm = l2.select(["ldawa", "ldawa_loss"]).with_settings({"fedavg_warmup_rounds": 2})
+  for row in warm.rows:
+    for column in warm.columns:
+      config = warm.cell_config(row, column)
+      assert (config.fedavg_warmup_rounds, config.aggregator) == (2, row.key)
+  with pytest.raises(ValueError, match="row 'fedavg': fedavg_warmup_rounds is not used by "
+                                       "aggregator 'fedavg'.*select the rows"):
+    l2.with_settings({"fedavg_warmup_rounds": 2})
+  with pytest.raises(ValueError, match="column 'simclr' sets method itself"):
+    l2.with_settings({"method": "fedavg_byol"})
+  with pytest.raises(ValueError, match="column 'noniid_1' sets num_clients itself"):
+    tasks.get_table("dcco_table1", "mini").with_settings({"num_clients": 10})

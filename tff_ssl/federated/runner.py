@@ -181,8 +181,8 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
         round_clients.append(common.client_inputs(train.images[rows], rows))
       state, metrics = process.next(state, round_clients)
       if not np.isfinite(metrics["loss"]):
-        raise FloatingPointError(f"round {r}: loss became {metrics['loss']}; lower "
-                                 f"--server_learning_rate (now {config.server_learning_rate})")
+        raise FloatingPointError(
+            f"round {r}: loss became {metrics['loss']}; {_divergence_hint(config)}")
       released = {"loss": np.float32(metrics["loss"])}
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
         released["linear_probe_accuracy"] = np.float32(evaluation.linear_probe(
@@ -229,6 +229,17 @@ def load_encoder(config, image_shape, manager) -> tf.keras.Model:
   if loaded is None:
     raise ValueError("the run has no checkpoint yet; run bin/train first")
   return keras_encoder(builder, _program_state_to_state(loaded).weights)
+
+
+def _divergence_hint(config) -> str:
+  """What to try when a run's loss became NaN or infinite."""
+  hint = f"lower --server_learning_rate (now {config.server_learning_rate})"
+  if config.aggregator in aggregators.DIVERGENCE_AWARE and not config.fedavg_warmup_rounds:
+    # Scaling scale-invariant (weight-standardized) layers by cosines < 1 shrinks them round after
+    # round, which raises the clients' effective step size (README: the mini L-DAWA table).
+    hint = (f"{config.aggregator} shrinks layers whose cosine to the global model is low: start "
+            f"with FedAvg rounds (--fedavg_warmup_rounds=2, the authors' code) or {hint}")
+  return hint
 
 
 def _read_last_loss(path: str) -> float:
