@@ -245,7 +245,9 @@ class Table:
         rows.append(dataclasses.replace(r, config=dataclasses.replace(r.config, **settings)))
       except ValueError as e:
         raise ValueError(f"row {r.key!r}: {e}; select the rows the setting applies to") from None
-    return dataclasses.replace(self, rows=tuple(rows))
+    shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k != "data_dir")
+    notes = self.notes + ((f"A variant of the table: {shown} in every run.",) if shown else ())
+    return dataclasses.replace(self, rows=tuple(rows), notes=notes)
 
   def capped(self, max_rounds: int) -> "Table":
     """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps

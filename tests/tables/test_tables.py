@@ -163,6 +163,7 @@ def test_settings_change_every_run_or_fail_loudly():
     for column in warm.columns:
       config = warm.cell_config(row, column)
       assert (config.fedavg_warmup_rounds, config.aggregator) == (2, row.key)
+  assert warm.notes[-1] == "A variant of the table: fedavg_warmup_rounds=2 in every run."
   with pytest.raises(ValueError, match="row 'fedavg': fedavg_warmup_rounds is not used by "
                                        "aggregator 'fedavg'.*select the rows"):
     l2.with_settings({"fedavg_warmup_rounds": 2})
