@@ -424,18 +424,25 @@ def save_encoder(output_dir: str, encoder: tf.keras.Model) -> None:
   asyncio.run(manager.save({"encoder_weights": encoder.get_weights()}, version=1))
 
 
-def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
-  """The config and the pretrained Keras encoder of a run folder (its latest checkpoint)."""
-  import asyncio  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+def load_config(run_dir: str) -> ExperimentConfig:
+  """The config of a run folder (its hparams.json)."""
   hparams_path = os.path.join(run_dir, "hparams.json")
   if not os.path.exists(hparams_path):
     raise ValueError(f"{run_dir} is not a run folder (no hparams.json); pass a --output_dir of "
                      f"bin/train")
   with open(hparams_path) as f:
     fields = json.load(f)
-  fields["projector"] = tuple(fields["projector"])
-  config = ExperimentConfig(**fields)
+  for name in ("projector", "predictor"):
+    if name in fields:
+      fields[name] = tuple(fields[name])
+  return ExperimentConfig(**fields)
+
+
+def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
+  """The config and the pretrained Keras encoder of a run folder (its latest checkpoint)."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  config = load_config(run_dir)
   if config.method == "supervised":
     raise ValueError(f"{run_dir} is a supervised baseline run; it has no pretrained encoder")
   manager = tff.program.FileProgramStateManager(os.path.join(run_dir, "checkpoints"))

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +47,19 @@ def test_any_ssl_method_with_any_aggregator(tmp_path):
   resources = [r.split(",") for r in (out / "resources.csv").read_text().splitlines()]
   assert resources[0] == ["round", "round_seconds", "rss_mb", "worker_rss_mb"] and len(resources) == 3
   assert all(float(x) > 0 for row in resources[1:] for x in row[1:])
+
+  # tools/weight_norms.py replays the run's config (writing nothing): the same losses and cosines.
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "weight_norms.py"), str(out),
+                         "2"], capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  delta = header.index("model_delta")
+  lines = proc.stdout.splitlines()
+  assert len(lines) == 2, proc.stdout
+  for r, line in enumerate(lines):
+    head, conv, dense = re.fullmatch(r"(.*), conv kernel norm / initial ([\d.]+), dense kernel "
+                                     r"norm / initial ([\d.]+)", line).groups()
+    assert head == f"round {r}: loss {losses[r]:.2f}, model_delta {float(rows[1 + r][delta]):.3f}"
+    assert float(conv) > 0 and float(dense) > 0
 
 
 def test_reference_and_grouped_simulation_give_the_same_losses(tmp_path):

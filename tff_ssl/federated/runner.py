@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -123,6 +123,35 @@ def _program_state_to_state(value) -> common.ServerState:
                             round_num=int(value["round_num"]))
 
 
+def _setup(config, train: data_lib.ImageSet, clients_rows):
+  """(Keras builder, FunctionalModel, TFF process, round -> that round's client inputs) of a run;
+  initialization and client sampling from `config.seed`."""
+  clients = PartitionedClientData(train, clients_rows)
+  tf.keras.utils.set_random_seed(config.seed)
+  builder = _ssl_keras_builder(config, train.image_shape)
+  model = FunctionalModel(builder)
+  process = build_process(config, model, train.image_shape)
+  sample = tff.simulation.build_uniform_sampling_fn(
+      list(range(clients.num_clients)), replace=False, random_seed=config.seed)
+
+  def round_clients(r: int) -> list:
+    return [common.client_inputs(train.images[clients.partition[c]], clients.partition[c])
+            for c in sample(r, config.clients_per_round)]
+  return builder, model, process, round_clients
+
+
+def trajectory(config, train: data_lib.ImageSet, rounds: int
+               ) -> Iterator[tuple[int, FunctionalModel, list[np.ndarray], dict[str, Any]]]:
+  """Runs `rounds` rounds of `config` writing nothing; yields (round, the model (its weights' names
+  and initial values), the weights after the round, the round's metrics): the same numbers as
+  `run_federated`'s, for diagnostics such as tools/weight_norms.py."""
+  _, model, process, round_clients = _setup(config, train, partition(config, train))
+  state = process.initialize()
+  for r in range(rounds):
+    state, metrics = process.next(state, round_clients(r))
+    yield r, model, [np.asarray(w) for w in state.weights], metrics
+
+
 def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, output_dir: str, *,
                   progress: bool, random_init_baseline: bool = True
                   ) -> tuple[dict[str, Any], tf.keras.Model]:
@@ -138,14 +167,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   if os.path.exists(hparams_path) and open(hparams_path).read() != hparams:
     raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
                      f"flags or choose another --output_dir")
-  clients = PartitionedClientData(train, clients_rows)
-
-  tf.keras.utils.set_random_seed(config.seed)
-  builder = _ssl_keras_builder(config, train.image_shape)
-  model = FunctionalModel(builder)
-  process = build_process(config, model, train.image_shape)
-  sample = tff.simulation.build_uniform_sampling_fn(
-      list(range(clients.num_clients)), replace=False, random_seed=config.seed)
+  builder, model, process, round_clients = _setup(config, train, clients_rows)
 
   os.makedirs(output_dir, exist_ok=True)
   with open(hparams_path, "w") as f:
@@ -174,12 +196,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
     while state.round_num < config.rounds:
       r = state.round_num
       round_start = time.perf_counter()
-      ids = sample(r, config.clients_per_round)
-      round_clients = []
-      for cid in ids:
-        rows = clients.partition[cid]
-        round_clients.append(common.client_inputs(train.images[rows], rows))
-      state, metrics = process.next(state, round_clients)
+      state, metrics = process.next(state, round_clients(r))
       if not np.isfinite(metrics["loss"]):
         raise FloatingPointError(
             f"round {r}: loss became {metrics['loss']}; {_divergence_hint(config)}")

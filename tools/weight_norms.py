@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Per-round weight norms of a federated run's config: how an aggregation strategy changes the global
+model's scale (README, "The mini L-DAWA table"). Writes nothing; the run folder only gives the config.
+
+  .venv/bin/python tools/weight_norms.py runs/l2/cells/ldawa/barlow_twins 8
+  .venv/bin/python tools/weight_norms.py runs/l2/cells/ldawa/barlow_twins 8 aggregator=fedavg
+
+Prints, after each round: the loss, the mean cosine between client and global models (`model_delta`,
+strategies that measure it), and each kind of kernel's norm over its initial norm (mean over layers).
+"""
+
+import dataclasses
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tff_ssl import runtime  # noqa: E402
+
+runtime.install()  # Before TFF is imported: no orphan worker on any exit path.
+
+import numpy as np  # noqa: E402
+
+from tff_ssl import experiment, tables  # noqa: E402
+from tff_ssl.federated import runner  # noqa: E402
+
+
+def norm_ratios(names, initial, weights) -> dict[str, float]:
+  """Mean over layers of ||kernel|| / ||initial kernel||, per kind: conv (incl. projection shortcuts)
+  and dense kernels."""
+  kinds: dict[str, list[float]] = {"conv": [], "dense": []}
+  for name, w0, w in zip(names, initial, weights):
+    if not name.endswith("/kernel"):
+      continue
+    kind = "dense" if "dense" in name else "conv"
+    kinds[kind].append(float(np.linalg.norm(w) / np.linalg.norm(w0)))
+  return {k: float(np.mean(v)) for k, v in kinds.items() if v}
+
+
+def main(argv) -> int:
+  if len(argv) < 3:
+    print(__doc__, file=sys.stderr)
+    return 2
+  run_dir, rounds = argv[1], argv[2]
+  try:
+    config = dataclasses.replace(experiment.load_config(run_dir),
+                                 **tables.parse_settings(argv[3:]))
+    if not experiment.METHODS[config.method].federated:
+      raise ValueError(f"{run_dir} is a {config.method} run; weight norms per round need a "
+                       f"federated run")
+    train, _ = experiment.load_splits(config)
+    for r, model, weights, metrics in runner.trajectory(config, train, int(rounds)):
+      delta = (metrics.get("aggregation") or {}).get("model_delta")
+      ratios = norm_ratios(model.names, model.initial_weights, weights)
+      print(f"round {r}: loss {float(metrics['loss']):.2f}"
+            + (f", model_delta {float(delta):.3f}" if delta is not None else "")
+            + "".join(f", {k} kernel norm / initial {v:.3f}" for k, v in ratios.items()),
+            flush=True)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))
