@@ -48,41 +48,45 @@ def test_any_ssl_method_with_any_aggregator(tmp_path):
   assert resources[0] == ["round", "round_seconds", "rss_mb", "worker_rss_mb"] and len(resources) == 3
   assert all(float(x) > 0 for row in resources[1:] for x in row[1:])
 
-  # tools/weight_norms.py replays the run's config (writing nothing): the same losses and cosines.
-  proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "weight_norms.py"), str(out),
+
+def losses_of(run) -> list[float]:
+  return [float(r.split(",")[1]) for r in (run / "metrics.csv").read_text().splitlines()[1:]]
+
+
+def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_path):
+  """One grouped DCCO run (3 slots of 6, 6, 4 clients) and what must agree with it: the same command
+  killed after its round-2 checkpoint and resumed (bit for bit), the reference simulation (to 1e-3 over
+  two rounds), tools/weight_norms.py's replay; then bin/evaluate on it."""
+  grouped = ["--clients_per_round=16", "--simulation=grouped", "--group_size=6"]
+  full = tmp_path / "full"
+  proc = train(full, *grouped)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  losses = losses_of(full)
+  assert len(losses) == 4
+
+  reference = tmp_path / "reference"
+  proc = train(reference, "--clients_per_round=16", "--simulation=reference")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  # Batched and per-client passes sum in other orders (round 0: 4e-5 apart); on this smoke config,
+  # whose loss is not yet falling, server Adam amplifies that to 1e-3 by round 2.
+  assert len(losses_of(reference)) == 4
+  for a, b in zip(losses[:2], losses_of(reference)[:2]):
+    assert abs(a - b) <= 1e-3 * abs(b)
+
+  # tools/weight_norms.py replays the run's config (writing nothing): the same losses.
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "weight_norms.py"), str(full),
                          "2"], capture_output=True, text=True, timeout=300, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  delta = header.index("model_delta")
   lines = proc.stdout.splitlines()
   assert len(lines) == 2, proc.stdout
   for r, line in enumerate(lines):
     head, conv, dense = re.fullmatch(r"(.*), conv kernel norm / initial ([\d.]+), dense kernel "
                                      r"norm / initial ([\d.]+)", line).groups()
-    assert head == f"round {r}: loss {losses[r]:.2f}, model_delta {float(rows[1 + r][delta]):.3f}"
+    assert head == f"round {r}: loss {losses[r]:.2f}"  # DCCO reports no model_delta.
     assert float(conv) > 0 and float(dense) > 0
 
-
-def test_reference_and_grouped_simulation_give_the_same_losses(tmp_path):
-  procs = {mode: train(tmp_path / mode, "--rounds=2", "--clients_per_round=16",
-                       f"--simulation={mode}", "--group_size=6")
-           for mode in ("reference", "grouped")}
-  losses = {}
-  for mode, proc in procs.items():
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = (tmp_path / mode / "metrics.csv").read_text().splitlines()[1:]
-    losses[mode] = [float(r.split(",")[1]) for r in rows]
-  assert len(losses["grouped"]) == 2
-  for a, b in zip(losses["grouped"], losses["reference"]):
-    assert abs(a - b) <= 1e-3 * abs(b)
-
-
-def test_same_seed_same_metrics_resume_after_sigkill_and_evaluate(tmp_path):
-  full = tmp_path / "full"
-  proc = train(full)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-
   killed = tmp_path / "killed"
-  child = subprocess.Popen([sys.executable, TRAIN, f"--output_dir={killed}", *TINY],
+  child = subprocess.Popen([sys.executable, TRAIN, f"--output_dir={killed}", *TINY, *grouped],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   deadline = time.time() + 240
   while not (killed / "checkpoints" / "program_state_2").exists():
@@ -92,7 +96,7 @@ def test_same_seed_same_metrics_resume_after_sigkill_and_evaluate(tmp_path):
   child.wait()
   assert not (killed / "results.json").exists()
 
-  proc = train(killed)  # Same command: resumes after round 2.
+  proc = train(killed, *grouped)  # Same command: resumes after round 2.
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert (killed / "metrics.csv").read_text() == (full / "metrics.csv").read_text()
   a = json.loads((full / "results.json").read_text())
