@@ -54,14 +54,19 @@ class Column:
   def global_batch(self) -> int:
     return self.samples_per_client * self.clients_per_round
 
-  def apply(self, config: ExperimentConfig) -> ExperimentConfig:
-    """`config` with this column's fields set."""
+  @property
+  def fields(self) -> dict[str, Any]:
+    """The config fields this column sets."""
     fields = {name: getattr(self, name) for name in ("num_clients", "samples_per_client",
                                                      "clients_per_round")
               if getattr(self, name)}
     if self.alpha is not None:
       fields["alpha"] = self.alpha
-    return dataclasses.replace(config, **fields, **dict(self.overrides))
+    return {**fields, **dict(self.overrides)}
+
+  def apply(self, config: ExperimentConfig) -> ExperimentConfig:
+    """`config` with this column's fields set."""
+    return dataclasses.replace(config, **self.fields)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,11 +236,7 @@ class Table:
     if not settings:
       return self
     for c in self.columns:
-      mine = set(dict(c.overrides)) | {name for name in ("num_clients", "samples_per_client",
-                                                         "clients_per_round") if getattr(c, name)}
-      if c.alpha is not None:
-        mine.add("alpha")
-      clash = sorted(mine & set(settings))
+      clash = sorted(set(c.fields) & set(settings))
       if clash:
         raise ValueError(f"column {c.key!r} sets {clash[0]} itself; leave {clash[0]} out of the "
                          f"settings or select other columns")
