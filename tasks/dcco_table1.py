@@ -86,16 +86,16 @@ def _rows(base: ExperimentConfig, *, cco_projector, contrastive_projector, round
                             client_learning_rate=1.0, server_optimizer="adam")
   return (
       Row("fedavg_cco", "CCO + FedAvg", dataclasses.replace(
-          fed, method="fedavg_cco", projector=cco_projector), learning_rates),
+          fed, method="fedavg", ssl="cco", projector=cco_projector), learning_rates),
       Row("fedavg_simclr", "Contrastive + FedAvg", dataclasses.replace(
-          fed, method="fedavg_simclr", projector=contrastive_projector, temperature=0.1),
+          fed, method="fedavg", ssl="simclr", projector=contrastive_projector, temperature=0.1),
           learning_rates),
       Row("dcco", "DCCO", dataclasses.replace(fed, method="dcco", projector=cco_projector),
           learning_rates),
       # One centralized step = one round (the same images per update, the same number of updates),
       # at DCCO's chosen learning rate: with one sample per client the two are the same algorithm.
       Row("centralized_cco", "Centralized CCO", dataclasses.replace(
-          base, method="centralized_cco", projector=cco_projector, steps=rounds,
+          base, method="centralized", ssl="cco", projector=cco_projector, steps=rounds,
           batch_size=global_batch, optimizer="adam"), learning_rates, select_with="dcco"),
       Row("supervised", "Supervised from scratch", dataclasses.replace(
           base, method="supervised", batch_size=supervised_batch, optimizer="adam",
@@ -147,7 +147,7 @@ def paper() -> Table:
                  supervised_batch=256)[:3] + (
           # Centralized: 1000 epochs of batch 512 over 50K images (97K steps), Adam 5e-3 (App. B).
           Row("centralized_cco", "Centralized CCO", dataclasses.replace(
-              base, method="centralized_cco", projector=(1024, 1024, 1024), steps=97_000,
+              base, method="centralized", ssl="cco", projector=(1024, 1024, 1024), steps=97_000,
               batch_size=512, optimizer="adam", learning_rate=5e-3), (5e-3, 1e-3),
               select_with="dcco"),
           Row("supervised", "Supervised from scratch", dataclasses.replace(

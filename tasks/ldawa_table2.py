@@ -78,9 +78,9 @@ def _ssl_column(key: str, group: str, ssl: str, *, projector, temperature: float
                 bt_lambda: float, dataset: str | None = None) -> Column:
   d = projector[-1]
   if ssl == "simclr":
-    fields = {"method": "fedavg_simclr", "temperature": temperature}
-  else:
-    fields = {"method": "fedavg_cco", "cco_lambda": round(bt_lambda * (d - 1), 6)}
+    fields = {"ssl": "simclr", "temperature": temperature}
+  else:  # Barlow Twins is the CCO loss with lambda_BT = cco_lambda / (d - 1).
+    fields = {"ssl": "cco", "cco_lambda": round(bt_lambda * (d - 1), 6)}
   if dataset:
     fields["dataset"] = dataset
   fields["projector"] = tuple(projector)
@@ -118,7 +118,7 @@ def _table(scale: str, base: ExperimentConfig, columns: tuple[Column, ...], pape
 def _base(**fields) -> ExperimentConfig:
   """The cross-silo FedAvg-style setting both scales share (Sec. 4.2)."""
   return ExperimentConfig(**{
-      "method": "fedavg_simclr", "partition": "dirichlet_split", "alpha": 0.1, "num_clients": 10,
+      "method": "fedavg", "ssl": "simclr", "partition": "dirichlet_split", "alpha": 0.1, "num_clients": 10,
       "clients_per_round": 10, "client_optimizer": "sgdm", "client_learning_rate": 0.03,
       "client_weight_decay": 1e-4, "server_optimizer": "sgd", "server_learning_rate": 1.0,
       "server_lr_schedule": "constant", "simulation": "reference", "blur": False,

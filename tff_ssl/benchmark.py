@@ -26,9 +26,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import losses, models, runtime
+from tff_ssl import aggregators, losses, models, runtime
+from tff_ssl import ssl as ssl_lib
 from tff_ssl.data import AugmentConfig
-from tff_ssl.federated import common
+from tff_ssl.federated import common, grouping
+from tff_ssl.federated import dcco as dcco_lib
 from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
@@ -40,23 +42,25 @@ AUGMENT = AugmentConfig.dcco_cifar(crop_scale=(0.2, 1.0))
 @dataclasses.dataclass(frozen=True)
 class Scenario:
   name: str
-  method: str  # "dcco", "fedavg_cco" or "fedavg_simclr".
+  method: str  # The process: "dcco" or "fedavg".
   clients: int  # Clients per round.
   samples_per_client: int
   local_steps: int = 1
   baseline: str = "centralized"  # or "sequential".
+  ssl: str = "cco"  # The clients' SSL method (tff_ssl.ssl): "cco" or "simclr".
 
-  @property
-  def loss(self) -> str:
-    return "nt_xent" if self.method == "fedavg_simclr" else "cco"
+  def loss_fn(self) -> Callable:
+    """(z1, z2) -> the scenario's within-batch SSL loss at its default hyperparameters."""
+    method = ssl_lib.get(self.ssl)
+    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), FedAvgSSLConfig())
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("dcco_512x1", "dcco", 512, 1),
     Scenario("dcco_128x4", "dcco", 128, 4),
-    Scenario("fedavg_cco_128x4", "fedavg_cco", 128, 4),
-    Scenario("fedavg_simclr_cross_silo_10x64_e5", "fedavg_simclr", 10, 64, local_steps=5,
-             baseline="sequential"),
+    Scenario("fedavg_cco_128x4", "fedavg", 128, 4),
+    Scenario("fedavg_simclr_cross_silo_10x64_e5", "fedavg", 10, 64, local_steps=5,
+             baseline="sequential", ssl="simclr"),
 ]}
 
 FIELDS = ("scenario", "images_per_round", "reference_s", "grouped_s", "baseline", "baseline_s",
@@ -112,14 +116,14 @@ def _process(scenario: Scenario, model: FunctionalModel, image_shape, simulation
     return DCCOProcess(model, image_shape, sgd, DCCOConfig(
         client_learning_rate=1.0, local_steps=scenario.local_steps, augment=AUGMENT), simulation)
   return FedAvgSSLProcess(model, image_shape, sgd, FedAvgSSLConfig(
-      ssl="simclr" if scenario.loss == "nt_xent" else "barlow_twins", client_learning_rate=0.1,
+      ssl=scenario.ssl, client_learning_rate=0.1,
       local_steps=scenario.local_steps,
       augment=AUGMENT), simulation=simulation)
 
 
 def _centralized_step(model: FunctionalModel, scenario: Scenario):
   """One SGD step of the within-batch loss on the union of the round's images."""
-  loss_fn = losses.get_loss(scenario.loss)
+  loss_fn = scenario.loss_fn()
 
   @tf.function
   def step(weights, images, ids, seed):
@@ -136,7 +140,7 @@ def _centralized_step(model: FunctionalModel, scenario: Scenario):
 
 def _sequential_training(model: FunctionalModel, scenario: Scenario):
   """One client's local training (its local steps), compiled once and called per client."""
-  loss_fn = losses.get_loss(scenario.loss)
+  loss_fn = scenario.loss_fn()
 
   @tf.function
   def train(weights, images, ids, seed):
@@ -232,7 +236,6 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
   """Where a grouped DCCO round's time goes: each phase as a TFF computation vs the same TensorFlow
   code as a `tf.function` in this process, a TFF round trip that only broadcasts the weights and
   averages them back, and the server's optimizer step. Best of `repeats` after one untimed call."""
-  from tff_ssl.federated import dcco as dcco_lib, grouping  # pylint: disable=g-import-not-at-top
   if scenario.method != "dcco":
     raise ValueError(f"the profile is for DCCO scenarios; got {scenario.name}")
   image_shape = images.shape[1:]
@@ -348,7 +351,6 @@ def time_aggregation(model_builder, strategies, *, clients: int = 10, warmup: in
 
   Ratios are to the first strategy (FedAvg).
   """
-  from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
   tf.keras.utils.set_random_seed(0)
   model = FunctionalModel(model_builder)
   w_type = common.weights_type(model)
@@ -430,7 +432,6 @@ def _server_stage_of_made_values(factory, w_type, specs, make_client, made_at_cl
                                  checksum_result):
   """The strategy's server stage alone (`create_grouped`: the weighted mean of what clients send,
   after each computed its own value and weight), on values made at CLIENTS; returns a checksum."""
-  from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
   server = factory.create_grouped(w_type)
   stats_specs = factory.stats_spec(specs)
 
@@ -454,7 +455,6 @@ def _server_stage_of_made_values(factory, w_type, specs, make_client, made_at_cl
 
 def _fold_function(factory, specs, clients: int):
   """A grouped slot's arithmetic: every client's stage folded into the weighted mean."""
-  from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
 
   @tf.function
   def fold(updates_t, global_t, n, losses_t):

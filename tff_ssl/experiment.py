@@ -11,91 +11,51 @@
   results.json   linear-probe accuracy of the pretrained encoder and of the same encoder at random
                  initialization; written last and atomically, so its presence marks a finished run.
 
-Methods (registry `METHODS`): dcco, fedavg_cco, fedavg_simclr (federated, `tff_ssl.federated`),
-centralized_cco (DCCO's centralized upper bound), centralized_simclr, and supervised (from scratch on
-the labeled fraction).
+Methods: the registry `tff_ssl.methods` (federated TFF processes, centralized pretraining, the
+supervised baseline), each training with an SSL method of `tff_ssl.ssl` (`ssl`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
-import tempfile
 import time
 from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
+import tensorflow_federated as tff
 
 from tff_ssl import data as data_lib
-from tff_ssl import evaluation, losses, models, optim
+from tff_ssl import evaluation, losses, methods, models, optim, rundir
 from tff_ssl import progress as progress_lib
-from tff_ssl.training import PretrainConfig, pretrain
+from tff_ssl import ssl as ssl_lib
+from tff_ssl.federated import runner
+from tff_ssl.training import PretrainConfig, centralized, pretrain
 
 
-CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
-FEDERATED_FIELDS = ("rounds", "num_clients", "partition", "samples_per_client", "split_samples",
-                    "alpha", "clients_per_round", "local_steps", "client_optimizer",
-                    "client_learning_rate", "server_optimizer", "server_learning_rate",
-                    "server_lr_schedule", "checkpoint_every", "simulation", "group_size")
-# Read by FedAvg-style methods only (DCCO's update aggregation is its N_k-weighted mean).
-FEDAVG_FIELDS = ("aggregator", "aggregator_granularity", "scale_normalization",
-                 "fedavg_warmup_rounds", "measure_divergence", "local_batch_size",
-                 "client_weight_decay")
-# Hyperparameters of each loss / SSL method.
-LOSS_FIELDS = {"cco": ("cco_lambda",), "nt_xent": ("temperature",),
-               "byol": ("target_decay", "predictor"), "simsiam": ("predictor",)}
 
 
-@dataclasses.dataclass(frozen=True)
-class Method:
-  loss: str  # "cco", "nt_xent", "byol", "simsiam" or "" (supervised).
-  federated: bool
-  process: str = ""  # "dcco" or "fedavg" for federated methods.
+def method_specific_fields() -> tuple[str, ...]:
+  """Fields some methods (`tff_ssl.methods`) or SSL methods (`tff_ssl.ssl`) read and others not."""
+  return tuple(sorted({f for m in methods.METHODS.values() for f in m.fields} | {"ssl"} |
+                      {f for m in ssl_lib.SSL_METHODS.values() for f in m.hparams}))
 
-  @property
-  def ssl(self) -> str:
-    """The client SSL method (`tff_ssl.ssl`) of a FedAvg-style method."""
-    return {"cco": "barlow_twins", "nt_xent": "simclr"}.get(self.loss, self.loss)
-
-  @property
-  def own_fields(self) -> tuple[str, ...]:
-    """Config fields only some methods read; setting one for another method is an error."""
-    fields = LOSS_FIELDS.get(self.loss, ())
-    if not self.federated:
-      return fields + CENTRALIZED_FIELDS
-    return fields + FEDERATED_FIELDS + (FEDAVG_FIELDS if self.process == "fedavg" else ())
-
-
-METHODS: dict[str, Method] = {
-    "centralized_cco": Method(loss="cco", federated=False),
-    "centralized_simclr": Method(loss="nt_xent", federated=False),
-    "dcco": Method(loss="cco", federated=True, process="dcco"),
-    # FedAvg-style training with a client SSL method (tff_ssl.ssl) and any aggregation strategy
-    # (--aggregator, tff_ssl.aggregators). fedavg_cco is Barlow Twins (the CCO loss).
-    "fedavg_cco": Method(loss="cco", federated=True, process="fedavg"),
-    "fedavg_simclr": Method(loss="nt_xent", federated=True, process="fedavg"),
-    "fedavg_byol": Method(loss="byol", federated=True, process="fedavg"),
-    "fedavg_simsiam": Method(loss="simsiam", federated=True, process="fedavg"),
-    # Supervised training from scratch on the labeled fraction: the tables' lower baseline.
-    "supervised": Method(loss="", federated=False),
-}
-# Fields owned by some method; a method may set only its own.
-METHOD_SPECIFIC_FIELDS = tuple(sorted({f for m in METHODS.values() for f in m.own_fields}))
 # Partitions of the training split into clients: "dirichlet" (num_clients x samples_per_client,
 # each client's labels ~ Dir(alpha)) or "dirichlet_split" (every class split over the clients by
 # Dir(alpha) proportions: clients of unequal size, the L-DAWA paper's; split_samples > 0 splits a
 # random subset of that many images).
 PARTITIONS = {"dirichlet": ("samples_per_client",), "dirichlet_split": ("split_samples",)}
-SERVER_LR_SCHEDULES = ("cosine", "constant")
 
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
   """A pretraining + evaluation run; defaults are the README demo's."""
 
-  method: str = "centralized_cco"
+  method: str = "centralized"  # A `tff_ssl.methods` name.
+  ssl: str = "cco"  # The SSL method (`tff_ssl.ssl`) the method trains with.
   dataset: str = "fashion_mnist"
   data_dir: str | None = None
   download: bool = False
@@ -155,26 +115,19 @@ class ExperimentConfig:
 
   def __post_init__(self):
     object.__setattr__(self, "projector", tuple(int(s) for s in self.projector))
-    _choice("method", self.method, METHODS)
+    _choice("method", self.method, methods.METHODS)
+    _choice("ssl", self.ssl, ssl_lib.SSL_METHODS)
     _choice("dataset", self.dataset, data_lib.SOURCES)
     _choice("encoder", self.encoder, models.ENCODERS)
     _choice("optimizer", self.optimizer, optim.OPTIMIZERS)
-    from tff_ssl.federated.common import CLIENT_OPTIMIZERS, SERVER_OPTIMIZERS  # pylint: disable=g-import-not-at-top
-    _choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
-    _choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
     for name in ("steps", "batch_size", "eval_steps", "log_every", "rounds", "num_clients",
                  "samples_per_client", "clients_per_round", "local_steps", "checkpoint_every"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
     if self.batch_size < 2:
       raise ValueError(f"batch_size must be >= 2 for a within-batch SSL loss; got {self.batch_size}")
-    from tff_ssl.federated.grouping import MODES  # pylint: disable=g-import-not-at-top
-    if self.simulation not in MODES:
-      raise ValueError(f"unknown simulation {self.simulation!r}; choose one of {list(MODES)}")
     if self.stem_stride not in (1, 2):
       raise ValueError(f"stem_stride must be 1 or 2; got {self.stem_stride}")
-    if self.group_size < 0:
-      raise ValueError(f"group_size must be >= 0 (0: one slot per round); got {self.group_size}")
     if self.eval_every < 0:
       raise ValueError(f"eval_every must be >= 0; got {self.eval_every}")
     if not self.alpha >= 0:
@@ -182,8 +135,7 @@ class ExperimentConfig:
     if self.clients_per_round > self.num_clients:
       raise ValueError(f"clients_per_round ({self.clients_per_round}) exceeds num_clients "
                        f"({self.num_clients})")
-    for name in ("width", "learning_rate", "eval_learning_rate", "temperature",
-                 "client_learning_rate", "server_learning_rate"):
+    for name in ("width", "learning_rate", "eval_learning_rate", "temperature"):
       if not getattr(self, name) > 0:
         raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
     if self.cco_lambda < 0:
@@ -200,76 +152,50 @@ class ExperimentConfig:
     if self.predictor and (min(self.predictor) < 1 or self.predictor[-1] != self.projector[-1]):
       raise ValueError(f"predictor sizes must be positive and end at the projector's output "
                        f"{self.projector[-1]}; got {list(self.predictor)}")
-    if not 0 <= self.target_decay < 1:
-      raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
     _choice("partition", self.partition, PARTITIONS)
-    _choice("server_lr_schedule", self.server_lr_schedule, SERVER_LR_SCHEDULES)
     if self.split_samples < 0:
       raise ValueError(f"split_samples must be >= 0 (0: the whole split); got {self.split_samples}")
     if self.partition == "dirichlet_split" and not self.alpha > 0:
       raise ValueError(f"the dirichlet_split partition needs alpha > 0; got {self.alpha} (alpha = 0, "
                        f"one class per client, is the dirichlet partition's)")
-    if self.local_batch_size < 0 or self.local_batch_size == 1:
-      raise ValueError(f"local_batch_size must be 0 (full batch) or >= 2; got "
-                       f"{self.local_batch_size}")
-    if self.client_weight_decay < 0:
-      raise ValueError(f"client_weight_decay must be >= 0; got {self.client_weight_decay}")
-    self._check_aggregator()
-
-  def _check_aggregator(self) -> None:
-    from tff_ssl import aggregators  # pylint: disable=g-import-not-at-top
-    aggregators.AggregatorConfig(**self.aggregator_options())  # Names and values.
-    options = {"aggregator_granularity": (self.aggregator_granularity != "layer",
-                                          aggregators.LAYERWISE),
-               "scale_normalization": (self.scale_normalization, aggregators.LAYERWISE),
-               "fedavg_warmup_rounds": (self.fedavg_warmup_rounds != 0,
-                                        aggregators.DIVERGENCE_AWARE),
-               "measure_divergence": (self.measure_divergence,
-                                      tuple(a for a in aggregators.AGGREGATORS
-                                            if a not in aggregators.DIVERGENCE_AWARE))}
-    for name, (set_, readers) in options.items():
-      if set_ and self.aggregator not in readers:
-        raise ValueError(f"{name} is not used by aggregator {self.aggregator!r}; it is read by "
-                         f"{list(readers)}")
-
-  def aggregator_options(self) -> dict[str, Any]:
-    """The `tff_ssl.aggregators.AggregatorConfig` fields of this run."""
-    return dict(name=self.aggregator, granularity=self.aggregator_granularity,
-                scale_normalization=self.scale_normalization,
-                fedavg_warmup_rounds=self.fedavg_warmup_rounds,
-                measure_divergence=self.measure_divergence)
+    # The method's own fields, where its typed sub-configs are built (once).
+    methods.get(self.method).check(self)
 
   @property
   def predictor_sizes(self) -> tuple[int, ...]:
     return self.predictor or (512, self.projector[-1])
 
   def check_fields_for_method(self, fields_set: set[str] | list[str]) -> None:
-    """Raises ValueError if a field in `fields_set` belongs to a method other than `self.method`."""
-    own = METHODS[self.method].own_fields
-    stray = sorted(f for f in fields_set if f in METHOD_SPECIFIC_FIELDS and f not in own)
+    """Raises ValueError if a field in `fields_set` is one `self.method` (with `self.ssl`) does not
+    read."""
+    method = methods.get(self.method)
+    own = method.reads(self)
+    stray = sorted(f for f in fields_set if f in method_specific_fields() and f not in own)
     if stray:
-      raise ValueError(f"--{stray[0]} is not used by method {self.method!r}; remove it (it is read "
-                       f"by {[m for m, spec in METHODS.items() if stray[0] in spec.own_fields]})")
+      readers = ([m for m, spec in methods.METHODS.items() if stray[0] in spec.fields] +
+                 [f"--ssl={s}" for s, spec in ssl_lib.SSL_METHODS.items()
+                  if stray[0] in spec.hparams])
+      using = f"method {self.method!r}" + (f" with --ssl={self.ssl}" if method.ssl else "")
+      raise ValueError(f"--{stray[0]} is not used by {using}; remove it (it is read by "
+                       f"{readers or 'methods that train with an SSL loss'})")
     for partition, fields in PARTITIONS.items():
       stray = sorted(f for f in fields_set if f in fields and partition != self.partition)
       if stray:
         raise ValueError(f"--{stray[0]} is not used by partition {self.partition!r}; remove it (it "
                          f"is read by partition {partition!r})")
 
-  def build_encoder(self, image_shape) -> tf.keras.Model:
-    """A freshly initialized encoder of this config for images of `image_shape` (H, W, C)."""
+  def build_encoder(self, image_shape, name: str | None = None) -> tf.keras.Model:
+    """A freshly initialized encoder of this config for images of `image_shape` (H, W, C), as a
+    Keras model named `name` (default: the encoder's own name)."""
     return models.build_encoder(self.encoder, image_shape, width=self.width,
-                                small_input=image_shape[0] <= 64, stem_stride=self.stem_stride)
+                                small_input=image_shape[0] <= 64, stem_stride=self.stem_stride,
+                                name=name)
 
   def augment_config(self) -> data_lib.AugmentConfig:
     return data_lib.AugmentConfig(crop_scale=(self.crop_min_scale, 1.0), blur=self.blur)
 
   def pretrain_config(self) -> PretrainConfig:
-    return PretrainConfig(
-        steps=self.steps, batch_size=self.batch_size, loss=METHODS[self.method].loss,
-        cco_lambda=self.cco_lambda, temperature=self.temperature, optimizer=self.optimizer,
-        learning_rate=self.learning_rate,
-        augment=self.augment_config(), seed=self.seed)
+    return centralized.pretrain_config(self)
 
   def probe_config(self) -> evaluation.LinearProbeConfig:
     return evaluation.LinearProbeConfig(label_fraction=self.eval_label_fraction,
@@ -286,23 +212,10 @@ class RunExistsError(ValueError):
   """The output folder already holds a finished run."""
 
 
-def hparams_json(config: ExperimentConfig) -> str:
-  """The text of a run folder's hparams.json for `config`."""
-  return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
-
-
-def write_hparams(config: ExperimentConfig, output_dir: str) -> None:
-  """Creates the run folder `output_dir` with its hparams.json."""
-  os.makedirs(output_dir, exist_ok=True)
-  write_atomic(os.path.join(output_dir, "hparams.json"), hparams_json(config))
-
-
-def write_atomic(path: str, text: str) -> None:
-  """Writes `text` to `path` whole or not at all (a temporary file renamed into place)."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
-  with os.fdopen(fd, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
+# Run-folder files (kept importable from here for callers of earlier versions).
+hparams_json = rundir.hparams_json
+write_hparams = rundir.write_hparams
+write_atomic = rundir.write_atomic
 
 
 def load_splits(config: ExperimentConfig) -> tuple[data_lib.ImageSet, data_lib.ImageSet]:
@@ -334,15 +247,12 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
     raise RunExistsError(f"{output_dir} already holds a finished run (results.json); choose another "
                          f"--output_dir or delete it")
   train, test = load_splits(config)
-  if config.method == "supervised":
+  kind = methods.get(config.method).kind
+  if kind == "supervised":
     return _run_supervised(config, train, test, output_dir, results_path)
-  if METHODS[config.method].federated:
-    from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
-    results, encoder = runner.run_federated(config, train, test, output_dir, progress=progress,
-                                            random_init_baseline=random_init_baseline)
-  else:
-    results, encoder = _run_centralized(config, train, test, output_dir, progress,
-                                        random_init_baseline)
+  pretrain_run = runner.run_federated if kind == "federated" else _run_centralized
+  results, encoder = pretrain_run(config, train, test, output_dir, progress=progress,
+                                  random_init_baseline=random_init_baseline)
   if evaluate is not None:
     start = time.perf_counter()
     results["evaluations"] = evaluate(encoder, train, test)
@@ -351,7 +261,7 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
   return results
 
 
-def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, progress: bool,
+def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, progress: bool,
                      random_init_baseline: bool) -> tuple[dict[str, Any], tf.keras.Model]:
   if config.batch_size > len(train):
     raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
@@ -418,8 +328,6 @@ def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
 
 def save_encoder(output_dir: str, encoder: tf.keras.Model) -> None:
   """Saves a centralized run's encoder weights as tff.program state (what bin/evaluate loads)."""
-  import asyncio  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"))
   asyncio.run(manager.save({"encoder_weights": encoder.get_weights()}, version=1))
 
@@ -440,15 +348,13 @@ def load_config(run_dir: str) -> ExperimentConfig:
 
 def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
   """The config and the pretrained Keras encoder of a run folder (its latest checkpoint)."""
-  import asyncio  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   config = load_config(run_dir)
-  if config.method == "supervised":
+  method = methods.get(config.method)
+  if method.kind == "supervised":
     raise ValueError(f"{run_dir} is a supervised baseline run; it has no pretrained encoder")
   manager = tff.program.FileProgramStateManager(os.path.join(run_dir, "checkpoints"))
   train_shape = data_lib.load(config.dataset, "test", data_dir=config.data_dir).image_shape
-  if METHODS[config.method].federated:
-    from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
+  if method.federated:
     return config, runner.load_encoder(config, train_shape, manager)
   tf.keras.utils.set_random_seed(config.seed)
   encoder = config.build_encoder(train_shape)

@@ -20,9 +20,8 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping, Sequence, Union
 
-from tff_ssl import evaluation
-from tff_ssl import ssl as ssl_lib
-from tff_ssl.experiment import METHODS, ExperimentConfig
+from tff_ssl import evaluation, methods
+from tff_ssl.experiment import ExperimentConfig
 
 FAILED = "FAILED"  # The paper's entry for a run that trained unstably.
 # Why a cell is not run: the rule and its one-line reason.
@@ -80,23 +79,26 @@ class Row:
   select_with: str = ""
 
   @property
+  def method(self) -> methods.Method:
+    return methods.get(self.config.method)
+
+  @property
   def federated(self) -> bool:
-    return METHODS[self.config.method].federated
+    return self.method.federated
 
   @property
   def supervised(self) -> bool:
-    return self.config.method == "supervised"
+    return self.method.kind == "supervised"
 
   @property
   def lr_field(self) -> str:
-    return "server_learning_rate" if self.federated else "learning_rate"
+    return self.method.lr_field
 
   def skip_reason(self, column: Column) -> str | None:
     """Why this row has no result in `column` (None: it runs)."""
     config = column.apply(self.config)
-    method = METHODS[config.method]
-    if (method.federated and method.process == "fedavg" and config.partition == "dirichlet" and
-        config.samples_per_client < ssl_lib.get(method.ssl).min_samples):
+    if (self.federated and config.partition == "dirichlet" and
+        config.samples_per_client < self.method.min_samples(config)):
       return WITHIN_CLIENT_NEEDS_TWO
     return None
 
@@ -187,7 +189,7 @@ class Table:
     """
     column = self.column(self.selection_column) if row.federated else None
     config = self.cell_config(row, column, learning_rate)
-    length = "rounds" if row.federated else "steps"
+    length = row.method.length_field
     fields = {length: max(1, math.ceil(self.pilot_fraction * getattr(config, length))),
               "validation_fraction": self.validation_fraction, "eval_every": 0}
     if row.federated:

@@ -22,7 +22,7 @@ runtime.install()  # Before TFF is imported: no orphan worker on any exit path.
 
 import numpy as np  # noqa: E402
 
-from tff_ssl import experiment, tables  # noqa: E402
+from tff_ssl import experiment, methods, tables  # noqa: E402
 from tff_ssl.federated import runner  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def main(argv) -> int:
   try:
     config = dataclasses.replace(experiment.load_config(run_dir),
                                  **tables.parse_settings(argv[3:]))
-    if not experiment.METHODS[config.method].federated:
+    if not methods.get(config.method).federated:
       raise ValueError(f"{run_dir} is a {config.method} run; weight norms per round need a "
                        f"federated run")
     train, _ = experiment.load_splits(config)

@@ -44,7 +44,7 @@ def test_smoke_run_writes_a_finished_run_folder(tmp_path, capsys):
     finally:
       flags.FLAGS.unparse_flags()
   printed = capsys.readouterr().out
-  assert "pretrained (centralized_cco, 2 steps)" in printed and "random initialization" in printed
+  assert "pretrained (centralized, cco, 2 steps)" in printed and "random initialization" in printed
   results = json.load(open(os.path.join(out, "results.json")))
   hparams = json.load(open(os.path.join(out, "hparams.json")))
   assert hparams["steps"] == 2 and hparams["dataset"] == "synthetic"
@@ -58,7 +58,10 @@ def test_smoke_run_writes_a_finished_run_folder(tmp_path, capsys):
     (["--method=byol"], "flag --method=byol: value should be one of"),
     (["--steps=0"], "flag --steps=0"),
     (["--task=synthetic_smoke", "--temperature=0.5"],
-     "--temperature is not used by method 'centralized_cco'"),
+     "--temperature is not used by method 'centralized' with --ssl=cco; remove it (it is read by "
+     "['--ssl=simclr'])"),
+    (["--task=synthetic_smoke", "--ssl=byol"],
+     "method 'centralized' trains with ssl in ['cco', 'simclr']; got ssl='byol'"),
     (["--task=synthetic_smoke", "--dataset=cifar10", "--data_dir={tmp}/no_tfds"],
      "tfds dataset 'cifar10' is not prepared"),
     (["--task=synthetic_smoke", "--batch_size=5000"], "batch_size 5000 exceeds the 2000"),

@@ -24,13 +24,13 @@ def test_any_ssl_method_with_any_aggregator(tmp_path):
   """BYOL clients, L-DAWA_Loss aggregation, unequal clients from a Dirichlet label split, mini-batch
   local epochs with weight decay: the L-DAWA paper's setting in miniature; the run folder's files."""
   out = tmp_path / "byol_ldawa"
-  proc = train(out, "--method=fedavg_byol", "--aggregator=ldawa_loss", "--fedavg_warmup_rounds=1",
+  proc = train(out, "--method=fedavg", "--ssl=byol", "--aggregator=ldawa_loss", "--fedavg_warmup_rounds=1",
                "--partition=dirichlet_split", "--alpha=0.1", "--num_clients=4",
                "--split_samples=64", "--clients_per_round=4", "--rounds=2", "--local_steps=2",
                "--local_batch_size=8", "--client_optimizer=sgdm", "--client_learning_rate=0.03",
                "--client_weight_decay=1e-4", "--projector=32,16", "--predictor=32,16")
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "pretrained (fedavg_byol, 2 rounds)" in proc.stdout
+  assert "pretrained (fedavg, byol, 2 rounds)" in proc.stdout
   rows = [r.split(",") for r in (out / "aggregation.csv").read_text().splitlines()]
   header = rows[0]
   assert len(rows) == 3 and "model_delta" in header and "max_weight" in header
@@ -118,19 +118,20 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
     (["--samples_per_client=20", "--num_clients=200"],
      "200 clients x 20 samples = 4000 samples, but the dataset has only 2000"),
     (["--steps=5"], "--steps is not used by method 'dcco'"),
-    (["--method=fedavg_cco", "--samples_per_client=1"], "needs >= 2 samples per client"),
+    (["--method=fedavg", "--samples_per_client=1"], "needs >= 2 samples per client"),
+    (["--ssl=simclr"], "method 'dcco' trains with ssl in ['cco']; got ssl='simclr'"),
     (["--simulation=naive"], "value should be one of <grouped|reference>"),
     (["--group_size=-1"], "group_size"),
     (["--aggregator=ldawa"], "--aggregator is not used by method 'dcco'"),
-    (["--method=fedavg_simclr", "--samples_per_client=4", "--scale_normalization"],
+    (["--method=fedavg", "--ssl=simclr", "--samples_per_client=4", "--scale_normalization"],
      "scale_normalization is not used by aggregator 'fedavg'"),
-    (["--method=fedavg_simclr", "--partition=dirichlet_split", "--alpha=0.1",
+    (["--method=fedavg", "--ssl=simclr", "--partition=dirichlet_split", "--alpha=0.1",
       "--samples_per_client=4"], "--samples_per_client is not used by partition 'dirichlet_split'"),
-    (["--method=fedavg_simclr", "--samples_per_client=4", "--predictor=8,32"],
-     "--predictor is not used by method 'fedavg_simclr'"),
-    (["--method=fedavg_byol", "--samples_per_client=4", "--predictor=8,5"],
+    (["--method=fedavg", "--ssl=simclr", "--samples_per_client=4", "--predictor=8,32"],
+     "--predictor is not used by method 'fedavg' with --ssl=simclr"),
+    (["--method=fedavg", "--ssl=byol", "--samples_per_client=4", "--predictor=8,5"],
      "predictor sizes must be positive and end at the projector's output 32"),
-    (["--method=fedavg_simclr", "--partition=dirichlet_split", "--alpha=0.1",
+    (["--method=fedavg", "--ssl=simclr", "--partition=dirichlet_split", "--alpha=0.1",
       "--num_clients=1500"],
      "3000 samples, but the split has only 2000; lower num_clients"),
 ])

@@ -110,7 +110,7 @@ def test_fedavg_cco_round_is_not_the_centralized_step(model):
   images, clients = make_clients([2, 3, 4, 7])  # Within-client CCO needs >= 2 images.
   grad = centralized_gradient(model, model.initial_weights, images)
   process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-                             FedAvgSSLConfig(ssl="barlow_twins", client_learning_rate=ETA, augment=AUGMENT,
+                             FedAvgSSLConfig(ssl="cco", client_learning_rate=ETA, augment=AUGMENT,
                                              seed=SEED))
   state = process.initialize()
   new_state, _ = process.next(state, clients)

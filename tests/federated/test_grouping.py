@@ -35,7 +35,7 @@ SEED = 5
 REFERENCE = Simulation(mode="reference")
 # Client learning rates that keep a round a small step (see the module docstring); CCO gradients are
 # ~100x NT-Xent's.
-LR = {"cco": 1e-4, "nt_xent": 0.05, "barlow_twins": 1e-4, "simclr": 0.05, "byol": 0.05,
+LR = {"cco": 1e-4, "nt_xent": 0.05, "simclr": 0.05, "byol": 0.05,
       "simsiam": 0.05}
 
 
@@ -151,9 +151,9 @@ def test_dcco_grouped_equals_reference(model, steps, simulation):
 
 
 @pytest.mark.parametrize("ssl,steps,simulation", [
-    ("barlow_twins", 1, Simulation()),  # Batched pass, per-client CCO on the batched projections.
+    ("cco", 1, Simulation()),  # Batched pass, per-client CCO on the batched projections.
     ("simclr", 1, Simulation(group_size=3)),
-    ("barlow_twins", 3, Simulation()),  # Several local steps: the per-client loop.
+    ("cco", 3, Simulation()),  # Several local steps: the per-client loop.
     ("simclr", 2, Simulation(group_size=2)),
     ("byol", 1, Simulation()),  # Predictor head; at one step the target is the online network.
     ("byol", 2, Simulation(group_size=2)),  # The EMA target moves within local training.

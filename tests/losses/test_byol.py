@@ -82,5 +82,8 @@ def test_mismatched_shapes_raise():
     losses.byol_loss(np.ones((2, 3)), np.ones((2, 3)), np.ones((2, 3)), np.ones((2, 4)))
 
 
-def test_registered():
-  assert losses.PREDICTION_LOSSES["byol"] is losses.byol_loss
+def test_registered_as_an_ssl_method():
+  from tff_ssl import ssl as ssl_lib
+  method = ssl_lib.get("byol")
+  assert method.predictor and method.ema_target and method.min_samples == 1
+  assert method.hparams == ("target_decay", "predictor")

@@ -4,7 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import types
+
 from tff_ssl import losses
+from tff_ssl import ssl as ssl_lib
 
 
 def reference_cco(f, g, lambd):
@@ -95,10 +98,16 @@ def test_gradient_of_loss_from_statistics_flows_to_encodings():
   assert grad is not None and np.all(np.isfinite(grad.numpy())) and np.abs(grad.numpy()).max() > 0
 
 
-def test_loss_registry_entries_are_callable():
+def test_ssl_registry_losses_are_the_losses_of_this_package():
   f, g = random_encodings(8, 4, seed=4)
-  for name in losses.LOSSES:
-    value = losses.get_loss(name)(tf.constant(f), tf.constant(g))
-    assert np.isfinite(value.numpy())
-  with pytest.raises(ValueError, match="unknown loss"):
-    losses.get_loss("byol")
+  hp = ssl_lib.get("cco")
+  cfg = types.SimpleNamespace(cco_lambda=3.0, temperature=0.2)
+  np.testing.assert_allclose(
+      ssl_lib.get("cco").loss(ssl_lib.Outputs(tf.constant(f), tf.constant(g)), cfg).numpy(),
+      losses.cco_loss(f, g, lambd=3.0).numpy(), rtol=1e-6)
+  np.testing.assert_allclose(
+      ssl_lib.get("simclr").loss(ssl_lib.Outputs(tf.constant(f), tf.constant(g)), cfg).numpy(),
+      losses.nt_xent_loss(f, g, temperature=0.2).numpy(), rtol=1e-6)
+  assert hp.hparams == ("cco_lambda",)
+  with pytest.raises(ValueError, match="unknown SSL method 'nt_xent'"):
+    ssl_lib.get("nt_xent")

@@ -38,7 +38,9 @@ def test_pad_by_client_layout():
 @pytest.mark.parametrize("dtype,tol", [(tf.float64, 1e-9), (tf.float32, 2e-4)])
 def test_per_client_loss_equals_single_client_loss(name, single, kwargs, dtype, tol):
   f, g = concatenated(0, dtype)
-  fn = per_client.PER_CLIENT_LOSSES[name](**kwargs)
+  fn = {"cco": lambda f, g, sizes: per_client.cco_loss_per_client(f, g, sizes, **kwargs),
+        "nt_xent": lambda f, g, sizes: per_client.nt_xent_loss_per_client(f, g, sizes, **kwargs),
+        }[name]
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([f, g])
     got = fn(f, g, tf.constant(SIZES))
@@ -60,6 +62,7 @@ def test_cco_per_client_gram_form_with_more_samples_than_dimensions():
   np.testing.assert_allclose(got.numpy(), [w.numpy() for w in want], rtol=1e-5)
 
 
+PREDICTION = {"byol": per_client.byol_loss_per_client, "simsiam": per_client.simsiam_loss_per_client}
 PREDICTION_SIZES = [1, 3, 5]  # Unequal, with a one-sample client.
 
 
@@ -71,7 +74,7 @@ def test_prediction_loss_per_client_equals_single_client_loss(name, single, dtyp
   rng = np.random.default_rng(7)
   n = sum(PREDICTION_SIZES)
   p1, p2, t1, t2 = (tf.constant(rng.normal(size=(n, 6)), dtype) for _ in range(4))
-  fn = per_client.PER_CLIENT_PREDICTION_LOSSES[name]
+  fn = PREDICTION[name]
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([p1, p2, t1, t2])
     got = fn(p1, p2, t1, t2, tf.constant(PREDICTION_SIZES))
@@ -93,7 +96,7 @@ def test_prediction_loss_per_client_single_client_and_one_sample_clients():
   rng = np.random.default_rng(8)
   p1, p2, t1, t2 = (rng.normal(size=(4, 3)) for _ in range(4))
   for name, single in (("byol", losses.byol_loss), ("simsiam", losses.simsiam_loss)):
-    fn = per_client.PER_CLIENT_PREDICTION_LOSSES[name]
+    fn = PREDICTION[name]
     np.testing.assert_allclose(fn(p1, p2, t1, t2, [4]).numpy(),
                                [single(p1, p2, t1, t2).numpy()], rtol=1e-12)
     np.testing.assert_allclose(

@@ -73,4 +73,6 @@ def test_mismatched_shapes_raise():
 
 
 def test_registered():
-  assert losses.PREDICTION_LOSSES["simsiam"] is losses.simsiam_loss
+  from tff_ssl import ssl as ssl_lib
+  method = ssl_lib.get("simsiam")
+  assert method.predictor and not method.ema_target and method.hparams == ("predictor",)

@@ -24,7 +24,7 @@ def test_grid_is_the_papers(scale):
   for cell in todo:
     c = table.cell_config(cell.row, cell.column)
     assert c.aggregator == cell.row.key
-    assert c.method == ("fedavg_simclr" if cell.column.key.endswith("simclr") else "fedavg_cco")
+    assert (c.method, c.ssl) == ("fedavg", "simclr" if cell.column.key.endswith("simclr") else "cco")
     # Cross-silo: 10 clients, all in every round, Dirichlet 0.1 over labels with unequal sizes.
     assert (c.num_clients, c.clients_per_round, c.partition, c.alpha) == (
         10, 10, "dirichlet_split", 0.1)
@@ -34,7 +34,7 @@ def test_grid_is_the_papers(scale):
     assert (c.server_optimizer, c.server_learning_rate, c.server_lr_schedule) == (
         "sgd", 1.0, "constant")
     assert c.encoder == "resnet18" and c.eval_label_fraction == 1.0
-    if c.method == "fedavg_cco":  # Barlow Twins' lambda 5e-3 in CCO's lambda / (d - 1) form.
+    if c.ssl == "cco":  # Barlow Twins' lambda 5e-3 in CCO's lambda / (d - 1) form.
       assert c.cco_lambda == pytest.approx(5e-3 * (c.projector[-1] - 1))
   if scale == "paper":
     assert {c.key for c in table.columns} == {"cifar10_simclr", "cifar10_barlow_twins",

@@ -25,10 +25,10 @@ def tiny_table() -> tables.Table:
                           stem_stride=2, projector=(16, 16, 16), rounds=3, checkpoint_every=1,
                           log_every=1, seed=0)
   rows = (
-      tables.Row("fedavg_cco", "CCO + FedAvg", dataclasses.replace(base, method="fedavg_cco")),
+      tables.Row("fedavg_cco", "CCO + FedAvg", dataclasses.replace(base, method="fedavg", ssl="cco")),
       tables.Row("dcco", "DCCO", base, learning_rates=(1e-3, 1e-2)),
       tables.Row("centralized_cco", "Centralized CCO", dataclasses.replace(
-          base, method="centralized_cco", steps=3, batch_size=16), learning_rates=(1e-3, 1e-2),
+          base, method="centralized", ssl="cco", steps=3, batch_size=16), learning_rates=(1e-3, 1e-2),
                  select_with="dcco"),
       tables.Row("supervised", "Supervised", dataclasses.replace(
           base, method="supervised", batch_size=32, learning_rate=0.01)),

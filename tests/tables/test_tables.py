@@ -167,7 +167,7 @@ def test_settings_change_every_run_or_fail_loudly():
   with pytest.raises(ValueError, match="row 'fedavg': fedavg_warmup_rounds is not used by "
                                        "aggregator 'fedavg'.*select the rows"):
     l2.with_settings({"fedavg_warmup_rounds": 2})
-  with pytest.raises(ValueError, match="column 'simclr' sets method itself"):
-    l2.with_settings({"method": "fedavg_byol"})
+  with pytest.raises(ValueError, match="column 'simclr' sets ssl itself"):
+    l2.with_settings({"ssl": "byol"})
   with pytest.raises(ValueError, match="column 'noniid_1' sets num_clients itself"):
     tasks.get_table("dcco_table1", "mini").with_settings({"num_clients": 10})

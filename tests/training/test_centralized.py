@@ -16,7 +16,7 @@ def _run(images, seed, steps, loss="cco", model=None):
   if model is None:
     tf.keras.utils.set_random_seed(seed)
     model = models.build_ssl_model("resnet14", images.shape[1:], [64, 64, 64], width=0.5)
-  cfg = PretrainConfig(steps=steps, batch_size=64, loss=loss, learning_rate=3e-3, seed=seed,
+  cfg = PretrainConfig(steps=steps, batch_size=64, ssl=loss, learning_rate=3e-3, seed=seed,
                        augment=AUGMENT)
   return pretrain(model, images, cfg), model
 
@@ -25,7 +25,7 @@ def _held_out_loss(model, images, loss):
   """The loss on fixed views (seed 99, not a training seed) of fixed images: no sampling noise
   between before and after."""
   v1, v2 = two_views(images, [99, 99], AUGMENT)
-  return float(PretrainConfig(steps=1, loss=loss).loss_fn()(model.project(v1), model.project(v2)))
+  return float(PretrainConfig(steps=1, ssl=loss).loss_fn()(model.project(v1), model.project(v2)))
 
 
 @pytest.mark.parametrize("loss,steps,evaluated_on,ratio", [
@@ -33,7 +33,7 @@ def _held_out_loss(model, images, loss):
     # matrix (it rose on a held-out set here while training converged), so CCO's own objective is
     # checked on the training images; NT-Xent generalizes and is checked on held-out images.
     ("cco", 20, "train", 0.97),  # Measured 64.9 -> 61.5 (0.948).
-    ("nt_xent", 40, "held_out", 0.9),  # Measured 5.54 -> 4.63 (0.836).
+    ("simclr", 40, "held_out", 0.9),  # Measured 5.54 -> 4.63 (0.836).
 ])
 def test_loss_decreases(synthetic_train, loss, steps, evaluated_on, ratio):
   tf.keras.utils.set_random_seed(0)
@@ -69,7 +69,7 @@ def test_batch_indices_are_seeded_epoch_permutations():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(steps=0), "steps must be >= 1"),
     (dict(steps=1, batch_size=1), "batch_size must be >= 2"),
-    (dict(steps=1, loss="byol"), "unknown loss 'byol'"),
+    (dict(steps=1, ssl="byol"), r"trains with ssl in \['cco', 'simclr'\]; got 'byol'"),
     (dict(steps=1, optimizer="adagrad"), "unknown optimizer 'adagrad'"),
 ])
 def test_invalid_configs_raise(kwargs, match):

@@ -52,6 +52,19 @@ class AggregatorConfig:
     if self.fedavg_warmup_rounds < 0:
       raise ValueError(f"fedavg_warmup_rounds must be >= 0; got {self.fedavg_warmup_rounds}")
 
+  def check_options(self) -> None:
+    """Raises ValueError if an option is set that this strategy does not read."""
+    options = {"granularity": (self.granularity != "layer", LAYERWISE),
+               "scale_normalization": (self.scale_normalization, LAYERWISE),
+               "fedavg_warmup_rounds": (self.fedavg_warmup_rounds != 0, DIVERGENCE_AWARE),
+               "measure_divergence": (self.measure_divergence,
+                                      tuple(a for a in AGGREGATORS if a not in DIVERGENCE_AWARE))}
+    for name, (set_, readers) in options.items():
+      if set_ and self.name not in readers:
+        field = "aggregator_granularity" if name == "granularity" else name
+        raise ValueError(f"{field} is not used by aggregator {self.name!r}; it is read by "
+                         f"{list(readers)}")
+
   def build(self, model) -> StrategyFactory:
     """The factory for a `FunctionalModel` (whose layers L-DAWA's angles follow)."""
     return AGGREGATORS[self.name](self, model)

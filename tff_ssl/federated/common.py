@@ -1,9 +1,19 @@
-"""Pieces shared by the federated SSL processes: client input types, views, server state, optimizers."""
+"""The round anatomy every federated process shares: client inputs and views, the server state (with a
+part each method owns), the trained/exchanged subset of the model, the one local-training step, and
+the server's optimizer step.
+
+    ServerState      weights, server optimizer state, aggregator state, round, method_state (the
+                     method's own part: a bank, a stage counter; checkpointed with the rest)
+    TensorMask       which of the model's tensors a process trains and exchanges; the others are
+                     frozen: never differentiated, uploaded, aggregated or stepped
+    client_step      one client optimizer step (FedAvg-style and DCCO clients, full-batch or minibatch)
+    ServerLoop       initial state and the server optimizer step that closes a round
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -11,6 +21,7 @@ import tensorflow_federated as tff
 
 from tff_ssl.data.augment import AugmentConfig, two_views
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.federated.lars import LARSOptimizer
 
 
 def client_input_type(image_shape: Sequence[int]) -> tff.StructType:
@@ -26,11 +37,16 @@ def client_inputs(images: np.ndarray, ids: np.ndarray) -> dict[str, np.ndarray]:
   return {"images": np.asarray(images, np.uint8), "ids": np.asarray(ids, np.int64)}
 
 
-def weights_type(model: FunctionalModel) -> tff.StructType:
-  """The model's weights as a TFF type: a list of tensors (a Python list inside TF computations, as
-  TFF's own aggregators, e.g. `clipping_factory`, need: they `tf.nest` over the value)."""
+def tensors_type(specs: Sequence[tf.TensorSpec]) -> tff.StructType:
+  """Tensors of `specs` as a TFF type: a list (a Python list inside TF computations, as TFF's own
+  aggregators, e.g. `clipping_factory`, need: they `tf.nest` over the value)."""
   return tff.StructWithPythonType(
-      [tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in model.weight_specs], list)
+      [tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in specs], list)
+
+
+def weights_type(model: FunctionalModel) -> tff.StructType:
+  """The model's weights as a TFF type (`tensors_type` of all its tensors)."""
+  return tensors_type(model.weight_specs)
 
 
 SEED_TYPE = tff.TensorType(np.int64, [2])
@@ -59,33 +75,90 @@ def num_examples(data) -> tf.Tensor:
   return tf.cast(tf.shape(images)[0], tf.float32)
 
 
+@dataclasses.dataclass(frozen=True)
+class TensorMask:
+  """Which of a model's tensors a process trains and exchanges (True), in the model's order.
+
+  Frozen tensors (False) are still broadcast (clients need them for the forward pass) but are never
+  differentiated, uploaded, aggregated or stepped: the upload and the aggregators' value type hold
+  the trained tensors only, and the server optimizer's state covers only those.
+  """
+
+  trained: tuple[bool, ...]
+
+  def __post_init__(self):
+    object.__setattr__(self, "trained", tuple(bool(t) for t in self.trained))
+    if not any(self.trained):
+      raise ValueError("a tensor mask must train at least one tensor")
+
+  @classmethod
+  def all(cls, num_tensors: int) -> "TensorMask":
+    return cls((True,) * num_tensors)
+
+  @classmethod
+  def from_names(cls, names: Sequence[str], trained: Callable[[str], bool]) -> "TensorMask":
+    """The mask training the tensors whose name (`FunctionalModel.names`) satisfies `trained`."""
+    mask = [bool(trained(n)) for n in names]
+    if not any(mask):
+      raise ValueError(f"no tensor of the model is selected for training (names like "
+                       f"{list(names)[:3]})")
+    return cls(tuple(mask))
+
+  @property
+  def indices(self) -> tuple[int, ...]:
+    return tuple(i for i, t in enumerate(self.trained) if t)
+
+  @property
+  def full(self) -> bool:
+    return all(self.trained)
+
+  def check(self, num_tensors: int) -> None:
+    if len(self.trained) != num_tensors:
+      raise ValueError(f"the tensor mask covers {len(self.trained)} tensors; the model has "
+                       f"{num_tensors}")
+
+  def select(self, values: Sequence[Any]) -> list:
+    """The trained entries of a model-ordered list."""
+    return [values[i] for i in self.indices]
+
+  def merge(self, trained: Sequence[Any], full: Sequence[Any]) -> list:
+    """`full` with its trained entries replaced by `trained` (in order)."""
+    out, it = list(full), iter(trained)
+    for i in self.indices:
+      out[i] = next(it)
+    return out
+
+
 @dataclasses.dataclass
 class ServerState:
-  """What the server carries between rounds; every field is a (nested) array structure."""
+  """What the server carries between rounds; every field is a (nested) array structure.
+
+  `method_state` is the method's own part (a bank of client statistics, a stage counter; `()` for a
+  method that has none): it is checkpointed and restored with the rest.
+  """
 
   weights: list[np.ndarray]
   optimizer_state: Any
   aggregator_state: Any
   round_num: int
+  method_state: Any = ()
+
+  def to_program_state(self) -> dict[str, Any]:
+    """The state as `tff.program` program state (what a checkpoint holds)."""
+    return {"weights": self.weights, "optimizer_state": self.optimizer_state,
+            "aggregator_state": self.aggregator_state, "method_state": self.method_state,
+            "round_num": np.int64(self.round_num)}
+
+  @classmethod
+  def from_program_state(cls, value: dict[str, Any]) -> "ServerState":
+    return cls(weights=[np.asarray(w) for w in value["weights"]],
+               optimizer_state=value["optimizer_state"],
+               aggregator_state=value["aggregator_state"],
+               method_state=value["method_state"], round_num=int(value["round_num"]))
 
 
 def round_seed(seed: int, round_num: int) -> np.ndarray:
   return np.array([seed, round_num], np.int64)
-
-
-def build_server_update(optimizer: tff.learning.optimizers.Optimizer, model: FunctionalModel):
-  """(weights, optimizer_state, update) -> (weights, optimizer_state): the server's optimizer step,
-  with the aggregated client update taken as the gradient (TFF's finalizer convention)."""
-
-  @tf.function
-  def update(weights, state, delta):
-    state, new_weights = optimizer.next(state, tuple(weights), tuple(delta))
-    return list(new_weights), state
-
-  def initialize():
-    return optimizer.initialize(tuple(model.weight_specs))
-
-  return initialize, update
 
 
 CLIENT_OPTIMIZERS = ("sgd", "sgdm")
@@ -100,33 +173,47 @@ def client_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers
                                             momentum=0.9 if name == "sgdm" else None)
 
 
-def local_training(weights, steps: int, optimizer: str, learning_rate: float, loss_of,
-                   after_step=None, weight_decay: float = 0.0):
-  """`steps` client optimizer steps from `weights` on `loss_of(current_weights, step)`.
+def client_step(optimizer: tff.learning.optimizers.Optimizer, opt_state, trained: list, loss_of,
+                weight_decay: float = 0.0):
+  """The one local-training step of every client: `loss_of(trained)`, its gradient with respect to
+  the trained tensors (+ weight_decay * w: coupled L2, as PyTorch's SGD), one optimizer step.
 
-  `after_step(current_weights)` runs after each step (BYOL's target update). `weight_decay` adds
-  weight_decay * w to every gradient (coupled L2, as PyTorch's SGD does).
-
-  Returns (Delta = weights - trained weights, the first step's loss, the mean loss over the steps):
-  what a client sends back, its loss at the broadcast model, and its mean training loss.
+  Returns (optimizer state, trained tensors after the step, the loss before it).
   """
-  initial = list(weights)
-  current = list(weights)
+  with tf.GradientTape() as tape:
+    tape.watch(trained)
+    loss = loss_of(trained)
+  grads = tape.gradient(loss, trained)
+  if weight_decay:
+    grads = [g + weight_decay * w for g, w in zip(grads, trained)]
+  opt_state, new = optimizer.next(opt_state, tuple(trained), tuple(grads))
+  return opt_state, list(new), loss
+
+
+def local_training(weights, steps: int, optimizer: str, learning_rate: float, loss_of,
+                   after_step=None, weight_decay: float = 0.0, mask: TensorMask | None = None):
+  """`steps` client optimizer steps (`client_step`) from `weights` on `loss_of(current_weights,
+  step)`, training only the tensors of `mask` (default: all).
+
+  `after_step(current_weights)` runs after each step (BYOL's target update).
+
+  Returns (Delta = trained weights before - after, the first step's loss, the mean loss over the
+  steps): what a client sends back, its loss at the broadcast model, and its mean training loss.
+  """
+  full = list(weights)
+  mask = mask or TensorMask.all(len(full))
+  initial = mask.select(full)
+  current = list(initial)
   local_opt = client_optimizer(optimizer, learning_rate)
   opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
   step_losses = []
   for step in range(steps):
-    with tf.GradientTape() as tape:
-      tape.watch(current)
-      loss = loss_of(current, step)
-    grads = tape.gradient(loss, current)
-    if weight_decay:
-      grads = [g + weight_decay * w for g, w in zip(grads, current)]
-    opt_state, current = local_opt.next(opt_state, tuple(current), tuple(grads))
-    current = list(current)
+    opt_state, current, loss = client_step(
+        local_opt, opt_state, current,
+        lambda trained, step=step: loss_of(mask.merge(trained, full), step), weight_decay)
     step_losses.append(loss)
     if after_step is not None:
-      after_step(current)
+      after_step(mask.merge(current, full))
   return ([a - b for a, b in zip(initial, current)], step_losses[0],
           tf.add_n(step_losses) / float(steps))
 
@@ -142,37 +229,101 @@ def check_client_training(local_steps: int, optimizer: str, learning_rate: float
     raise ValueError(f"client_learning_rate must be > 0; got {learning_rate}")
 
 
-SERVER_OPTIMIZERS = {
-    "sgd": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr),
-    "sgdm": lambda lr: tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=0.9),
-    "adam": lambda lr: tff.learning.optimizers.build_adam(learning_rate=lr),
-    "lars": lambda lr: _lars(lr),
+# name -> (learning rate, the weights' names) -> server optimizer. LARS needs the names: which
+# tensors it adapts follows `tff_ssl.optim.lars.adapts`, the rule the Keras LARS uses too.
+SERVER_OPTIMIZERS: dict[str, Callable[[float, Sequence[str]], tff.learning.optimizers.Optimizer]] = {
+    "sgd": lambda lr, names: tff.learning.optimizers.build_sgdm(learning_rate=lr),
+    "sgdm": lambda lr, names: tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=0.9),
+    "adam": lambda lr, names: tff.learning.optimizers.build_adam(learning_rate=lr),
+    "lars": lambda lr, names: LARSOptimizer(lr, names=names),
 }
+SERVER_LR_SCHEDULES = ("cosine", "constant")
 
 
-def _lars(lr):
-  from tff_ssl.federated.lars import LARSOptimizer  # pylint: disable=g-import-not-at-top
-  return LARSOptimizer(lr)
+def server_optimizer(name: str, learning_rate: float, rounds: int, schedule: str,
+                     names: Sequence[str]) -> tff.learning.optimizers.Optimizer:
+  """Server optimizer `name` over tensors `names`, its learning rate cosine-decayed to 0 over
+  `rounds` rounds or constant."""
+  if name not in SERVER_OPTIMIZERS:
+    raise ValueError(f"unknown server optimizer {name!r}; choose one of {sorted(SERVER_OPTIMIZERS)}")
+  if schedule not in SERVER_LR_SCHEDULES:
+    raise ValueError(f"unknown server_lr_schedule {schedule!r}; choose one of "
+                     f"{list(SERVER_LR_SCHEDULES)}")
+  base = SERVER_OPTIMIZERS[name](learning_rate, list(names))
+  if schedule == "constant":
+    return base
+  return tff.learning.optimizers.schedule_learning_rate(
+      base, lambda r: learning_rate * 0.5 * (1.0 + tf.cos(np.pi * tf.cast(r, tf.float32) / rounds)))
+
+
+def server_optimizer_for(config, names: Sequence[str]) -> tff.learning.optimizers.Optimizer:
+  """The server optimizer an `ExperimentConfig` asks for, over the tensors `names`."""
+  return server_optimizer(config.server_optimizer, config.server_learning_rate, config.rounds,
+                          config.server_lr_schedule, names)
+
+
+def check_server(config) -> None:
+  """Validates an `ExperimentConfig`'s server-side fields (every federated method's)."""
+  if config.server_optimizer not in SERVER_OPTIMIZERS:
+    raise ValueError(f"unknown server_optimizer {config.server_optimizer!r}; choose one of "
+                     f"{sorted(SERVER_OPTIMIZERS)}")
+  if config.server_lr_schedule not in SERVER_LR_SCHEDULES:
+    raise ValueError(f"unknown server_lr_schedule {config.server_lr_schedule!r}; choose one of "
+                     f"{list(SERVER_LR_SCHEDULES)}")
+  if not config.server_learning_rate > 0:
+    raise ValueError(f"server_learning_rate must be > 0; got {config.server_learning_rate}")
 
 
 class ServerLoop:
   """The server's part shared by every process: initial state, and the optimizer step that closes a
-  round with the aggregated update."""
+  round with the aggregated update of the trained tensors (`mask`; default all).
 
-  def __init__(self, model: FunctionalModel, server_optimizer, aggregator=None):
+  A method with server state of its own overrides `initial_method_state` and passes the new value to
+  `finish_round`; the runner checkpoints and restores it with the rest of `ServerState`.
+  """
+
+  client_state = None  # A stateful process's `client_state.ClientState`.
+
+  def __init__(self, model: FunctionalModel, server_optimizer, aggregator=None,
+               mask: TensorMask | None = None):
     self.model = model
+    self.mask = mask or TensorMask.all(len(model.weight_specs))
+    self.mask.check(len(model.weight_specs))
     self._aggregator = aggregator
-    self._init_optimizer, self._server_update = build_server_update(server_optimizer, model)
+    self._optimizer = server_optimizer
+    specs = tuple(self.mask.select(model.weight_specs))
+
+    @tf.function
+    def update(weights, state, delta):
+      state, new_weights = server_optimizer.next(state, tuple(weights), tuple(delta))
+      return list(new_weights), state
+
+    self._specs = specs
+    self._server_update = update
+
+  @property
+  def trained_specs(self) -> list[tf.TensorSpec]:
+    return list(self._specs)
+
+  def initial_method_state(self) -> Any:
+    """The method's own part of the server state (`()`: none)."""
+    return ()
 
   def initialize(self) -> ServerState:
     return ServerState(weights=[w.copy() for w in self.model.initial_weights],
-                       optimizer_state=self._init_optimizer(),
+                       optimizer_state=self._optimizer.initialize(self._specs),
                        aggregator_state=self._aggregator.initialize() if self._aggregator else (),
-                       round_num=0)
+                       round_num=0, method_state=self.initial_method_state())
 
   def finish_round(self, state: ServerState, update, loss, num_clients: int,
-                   aggregator_state=()) -> tuple[ServerState, dict]:
-    weights, opt_state = self._server_update(state.weights, state.optimizer_state, list(update))
-    new_state = ServerState(weights=[np.asarray(w) for w in weights], optimizer_state=opt_state,
-                            aggregator_state=aggregator_state, round_num=state.round_num + 1)
+                   aggregator_state=(), method_state: Any = None) -> tuple[ServerState, dict]:
+    """The server optimizer step on the trained tensors with `update` (their aggregated Delta);
+    frozen tensors are carried over untouched."""
+    trained, opt_state = self._server_update(self.mask.select(state.weights),
+                                             state.optimizer_state, list(update))
+    weights = self.mask.merge([np.asarray(w) for w in trained], state.weights)
+    new_state = ServerState(
+        weights=weights, optimizer_state=opt_state, aggregator_state=aggregator_state,
+        round_num=state.round_num + 1,
+        method_state=state.method_state if method_state is None else method_state)
     return new_state, {"loss": float(loss), "clients": num_clients}

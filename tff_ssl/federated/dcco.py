@@ -37,6 +37,7 @@ from tff_ssl import losses
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.method import FEDERATED_FIELDS, Method
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,6 +170,31 @@ class DCCOProcess(common.ServerLoop):
     stats = self.aggregate_statistics(state.weights, seed, data)
     return dict(self.aggregate_updates(state.weights, seed, stats, data))
 
-  def next(self, state: common.ServerState, clients: list[dict]):
+  def next(self, state: common.ServerState, clients: list[dict], *, client_ids=None, store=None):
+    """One round: (new server state, metrics). DCCO keeps no client state (`client_ids` and `store`
+    are accepted and not used)."""
+    del client_ids, store
     out = self.compute_update(state, clients)
     return self.finish_round(state, out["update"], out["loss"], len(clients))
+
+
+def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
+  """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
+  common.check_server(config)
+  return (DCCOConfig(cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
+                     client_learning_rate=config.client_learning_rate,
+                     local_steps=config.local_steps, augment=config.augment_config(),
+                     seed=config.seed),
+          grouping.Simulation(mode=config.simulation, group_size=config.group_size))
+
+
+def build(config, model: FunctionalModel, image_shape: Sequence[int]) -> DCCOProcess:
+  dcco_config, simulation = process_config(config)
+  return DCCOProcess(model, image_shape, common.server_optimizer_for(config, model.names),
+                     dcco_config, simulation)
+
+
+METHOD = Method(
+    name="dcco", kind="federated", fields=FEDERATED_FIELDS, ssl=("cco",),
+    validate=process_config, build=build,
+    summary="DCCO: two-phase rounds (statistics, then stop-gradient local updates) of the CCO loss.")

@@ -34,8 +34,10 @@ from tff_ssl import aggregators, losses
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.data.augment import AugmentConfig
+from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.method import FEDERATED_FIELDS, Method
 
 DEFAULT_TARGET_DECAY = 0.99  # BYOL's target EMA within local training (FedEMA's setting).
 
@@ -50,7 +52,7 @@ class FedAvgSSLConfig:
   client_weight_decay: coupled L2 weight decay on the client's gradients (the L-DAWA paper: 1e-4).
   """
 
-  ssl: str = "barlow_twins"
+  ssl: str = "cco"
   cco_lambda: float = losses.cco.DEFAULT_LAMBDA
   temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
   target_decay: float = DEFAULT_TARGET_DECAY
@@ -94,7 +96,7 @@ def _ema(target, current, decay: float):
   return [decay * t + (1.0 - decay) * c for t, c in zip(target, current)]
 
 
-def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
+def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask):
   """E full-batch steps on the client's images (new views at each step)."""
   method = cfg.method
   target = [None]  # BYOL: None while the target equals the broadcast (= online) weights.
@@ -111,10 +113,10 @@ def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
 
   return common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
                                cfg.client_learning_rate, loss_of, after_step,
-                               cfg.client_weight_decay)
+                               cfg.client_weight_decay, mask)
 
 
-def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
+def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask):
   """E epochs of steps on batches of `local_batch_size`, each epoch over a seeded shuffle.
 
   A `tf.while_loop` (the number of steps depends on N_k) built in a `tf.function`, so the TF1 graph
@@ -122,7 +124,7 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
   """
   method = cfg.method
   opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
-  specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in weights)
+  specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in mask.select(weights))
 
   @tf.function
   def train(weights, images, ids, seed):
@@ -140,24 +142,22 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
       client = {"images": tf.gather(images, idx), "ids": tf.gather(ids, idx)}
       v1, v2 = common.views(client, tf.random.experimental.stateless_fold_in(seed, step),
                             cfg.augment)
-      with tf.GradientTape() as tape:
-        tape.watch(current)
-        loss = method.loss(_outputs(model, method, current, target if method.ema_target else None,
-                                    v1, v2), cfg)
-      grads = tape.gradient(loss, current)
-      if cfg.client_weight_decay:
-        grads = [g + cfg.client_weight_decay * w for g, w in zip(grads, current)]
-      opt_state, new = opt.next(opt_state, tuple(current), tuple(grads))
-      new = list(new)
+
+      def loss_of(trained):
+        return method.loss(_outputs(model, method, mask.merge(trained, weights),
+                                    target if method.ema_target else None, v1, v2), cfg)
+
+      opt_state, new, loss = common.client_step(opt, opt_state, current, loss_of,
+                                                cfg.client_weight_decay)
       if method.ema_target:
-        target = _ema(target, new, cfg.target_decay)
+        target = _ema(target, mask.merge(new, weights), cfg.target_decay)
       first = tf.where(tf.equal(step, 0), loss, first)  # (`==` is identity in TFF's graphs.)
       return step + 1, new, target, opt_state, first, loss_sum + loss
 
-    current = list(weights)
+    current = mask.select(weights)
     _, trained, _, _, first, loss_sum = tf.while_loop(
         lambda step, *_: step < total, body,
-        (tf.constant(0), current, list(current), opt.initialize(specs), tf.constant(0.0),
+        (tf.constant(0), current, list(weights), opt.initialize(specs), tf.constant(0.0),
          tf.constant(0.0)), parallel_iterations=1)
     return ([a - b for a, b in zip(current, trained)], first,
             loss_sum / tf.cast(total, tf.float32))
@@ -165,18 +165,21 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data):
   return train(list(weights), grouping.field(data, "images"), grouping.field(data, "ids"), seed)
 
 
-def local_training(model: FunctionalModel, cfg: FedAvgSSLConfig, weights, seed, data):
-  """A client's local training on its own images: (Delta_k, first-step loss, mean loss)."""
+def local_training(model: FunctionalModel, cfg: FedAvgSSLConfig, weights, seed, data,
+                   mask: common.TensorMask | None = None):
+  """A client's local training on its own images, of the tensors of `mask` (default: all):
+  (Delta_k of the trained tensors, first-step loss, mean loss)."""
+  mask = mask or common.TensorMask.all(len(weights))
   if cfg.local_batch_size:
-    return _minibatch_training(model, cfg, weights, seed, data)
-  return _full_batch_training(model, cfg, weights, seed, data)
+    return _minibatch_training(model, cfg, weights, seed, data, mask)
+  return _full_batch_training(model, cfg, weights, seed, data, mask)
 
 
 class FedAvgSSLProcess(common.ServerLoop):
   """FedAvg-style rounds; same interface as `DCCOProcess`.
 
-    run_round: (<w@SERVER, aggregator_state@SERVER, seed@SERVER, data@CLIENTS>
-                -> <aggregator_state, update, loss, measurements>@SERVER)
+    run_round: (<w@SERVER, aggregator_state@SERVER, seed@SERVER, data@CLIENTS[, state@CLIENTS]>
+                -> <aggregator_state, update, loss, measurements>@SERVER[, new state@CLIENTS])
 
   `aggregation_factory`: a `tff_ssl.aggregators.StrategyFactory` (default FedAvg), whose weight
   argument is each client's `ClientInfo`. In reference mode (one real client per TFF client slot)
@@ -186,24 +189,45 @@ class FedAvgSSLProcess(common.ServerLoop):
   server stage one folded `Contribution` (`aggregators.base`): the same result as reference mode,
   which is why grouped mode takes a `StrategyFactory` itself (a TFF factory wrapped around it would
   see a slot's partial sum, not a client).
+
+  `mask`: the tensors trained and exchanged (default all). The clients receive the whole model (the
+  frozen tensors are needed for the forward pass) and upload Delta_k of the trained tensors only;
+  the aggregator and the server optimizer see only those, so frozen tensors stay bit-identical.
+
+  `client_state`: a `client_state.ClientState` makes the process stateful: each sampled client's
+  state goes in as a CLIENTS-placed value, its local training starts from `begin(state, w)`, it
+  uploads Delta_k = w - (its trained weights) and keeps `end(...)`. `next` then needs the clients'
+  ids and a `ClientStateStore`.
   """
 
   def __init__(self, model: FunctionalModel, image_shape: Sequence[int],
                server_optimizer: tff.learning.optimizers.Optimizer,
                config: FedAvgSSLConfig = FedAvgSSLConfig(),
                aggregation_factory: tff.aggregators.WeightedAggregationFactory | None = None,
-               simulation: grouping.Simulation = grouping.Simulation()):
+               simulation: grouping.Simulation = grouping.Simulation(),
+               mask: common.TensorMask | None = None,
+               client_state: client_state_lib.ClientState | None = None):
+    super().__init__(model, server_optimizer, mask=mask)
     self.config = config
     self.simulation = simulation
-    cfg, method = config, config.method
+    self.client_state = client_state
+    cfg, method, mask = config, config.method, self.mask
     if method.predictor and len(model.output_dims) != 2:
       raise ValueError(f"{method.name} needs a model with a predictor head (outputs: projection, "
                        f"prediction); this one has {len(model.output_dims)} output(s)")
     w_type = common.weights_type(model)
-    specs = list(model.weight_specs)
-    info_type = aggregators.client_info_type(w_type)
+    specs = self.trained_specs
+    u_type = common.tensors_type(specs)  # The upload: the trained tensors' Delta_k.
+    info_type = aggregators.client_info_type(u_type)
     data_type = (grouping.group_input_type(image_shape) if simulation.grouped
                  else common.client_input_type(image_shape))
+    state_type = None
+    if client_state is not None:
+      one = client_state.spec(model)
+      self._initial_client_state = client_state.initial(model)
+      state_type = tff.types.to_type(tf.nest.map_structure(
+          lambda s: tff.TensorType(s.dtype.as_numpy_dtype,
+                                   ([None] if simulation.grouped else []) + list(s.shape)), one))
     factory = aggregation_factory if aggregation_factory is not None else (
         aggregators.FedAvgFactory())
     if simulation.grouped:
@@ -212,16 +236,18 @@ class FedAvgSSLProcess(common.ServerLoop):
                          f"inside each client slot, so it needs a tff_ssl.aggregators strategy; got "
                          f"{type(factory).__name__}. Use simulation mode 'reference' for other "
                          f"tff.aggregators factories")
-      aggregator = factory.create_grouped(w_type)
+      aggregator = factory.create_grouped(u_type)
     else:
       try:
-        aggregator = factory.create(w_type, info_type)
+        aggregator = factory.create(u_type, info_type)
       except TypeError as e:
         raise ValueError(f"aggregation_factory must weigh clients by their ClientInfo "
                          f"(tff_ssl.aggregators); {type(factory).__name__} failed: {e}") from None
+    self._aggregator = aggregator
     agg_state_type = aggregator.initialize.type_signature.result
     batched = (simulation.grouped and simulation.batch_one_step and cfg.local_steps == 1 and
-               not cfg.local_batch_size and not factory.needs_client_updates)
+               not cfg.local_batch_size and not factory.needs_client_updates and
+               client_state is None)
 
     def batched_group_update(weights, seed, data):
       # One (first) step of the client optimizer is linear in the gradient, so
@@ -242,7 +268,7 @@ class FedAvgSSLProcess(common.ServerLoop):
 
       delta, _, _ = common.local_training(weights, 1, cfg.client_optimizer,
                                           cfg.client_learning_rate, objective,
-                                          weight_decay=cfg.client_weight_decay)
+                                          weight_decay=cfg.client_weight_decay, mask=mask)
       log_b, losses_k = per_client["log_b"], per_client["losses"]
       top = tf.reduce_max(log_b)
       contribution = aggregators.Contribution(
@@ -250,64 +276,119 @@ class FedAvgSSLProcess(common.ServerLoop):
           collections.OrderedDict(clients=tf.cast(tf.shape(n)[0], tf.float32)))
       return contribution, tf.reduce_sum(n * losses_k) / tf.reduce_sum(n), tf.reduce_sum(n)
 
-    def looped_group_update(weights, seed, data, round_num):
-      def one_client(images, ids, acc):
-        client = {"images": images, "ids": ids}
-        delta, first_loss, mean_loss = local_training(model, cfg, weights, seed, client)
-        n = common.num_examples(client)
+    def client_round(weights, seed, client, state):
+      """One real client's round: (upload Delta_k, first-step loss, mean loss, N_k, new state)."""
+      start = weights if client_state is None else client_state.begin(state, list(weights))
+      delta, first_loss, mean_loss = local_training(model, cfg, start, seed, client, mask)
+      n = common.num_examples(client)
+      if client_state is None:
+        return delta, first_loss, mean_loss, n, None
+      # Delta_k relative to the broadcast model, whatever the client started from.
+      upload = [g - s + d for g, s, d in zip(mask.select(weights), mask.select(start), delta)]
+      return (upload, first_loss, mean_loss, n,
+              client_state.end(state, mask.select(weights), upload, n, mean_loss))
+
+    def looped_group_update(weights, seed, data, round_num, states):
+      def one_client(images, ids, *rest):
+        state, acc = rest if states is not None else (None, rest[0])
+        delta, first_loss, mean_loss, n, new_state = client_round(
+            weights, seed, {"images": images, "ids": ids}, state)
         scale, log_weight, stats = factory.client_terms(
-            delta, ClientInfo(n, mean_loss, list(weights)), round_num)
-        return (factory.accumulate(acc[0], delta, scale, log_weight, stats),
-                acc[1] + n * first_loss, acc[2] + n)
+            delta, ClientInfo(n, mean_loss, mask.select(weights)), round_num)
+        acc = (factory.accumulate(acc[0], delta, scale, log_weight, stats),
+               acc[1] + n * first_loss, acc[2] + n)
+        return acc if states is None else (acc, new_state)
 
       zero = tf.constant(0.0)
-      acc, loss_sum, n = grouping.fold_clients(
-          data, one_client, (factory.initial_accumulator(specs), zero, zero))
-      return factory.finalize(acc, list(weights)), loss_sum / n, n
+      out = grouping.fold_clients(
+          data, one_client, (factory.initial_accumulator(specs), zero, zero), states)
+      (acc, loss_sum, n), new_states = out if states is not None else (out, None)
+      return factory.finalize(acc, mask.select(weights)), loss_sum / n, n, new_states
 
     if simulation.grouped:
-      @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, np.int32)
-      def client_update(weights, seed, data, round_num):
+      def grouped_update(weights, seed, data, round_num, states=None):
         if batched:
           contribution, loss, n = batched_group_update(weights, seed, data)
+          new_states = None
         else:
-          contribution, loss, n = looped_group_update(weights, seed, data, round_num)
-        return aggregators.base._as_struct(contribution), loss, n  # pylint: disable=protected-access
-    else:
-      @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
-      def client_update(weights, seed, data):
-        delta, first_loss, mean_loss = local_training(model, cfg, weights, seed, data)
-        return delta, first_loss, common.num_examples(data), mean_loss
+          contribution, loss, n, new_states = looped_group_update(weights, seed, data, round_num,
+                                                                  states)
+        out = (aggregators.base._as_struct(contribution), loss, n)  # pylint: disable=protected-access
+        return out if new_states is None else out + (new_states,)
 
-    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER), agg_state_type,
-                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(data_type, tff.CLIENTS))
-    def run_round(weights, aggregator_state, seed, data):
+      if state_type is None:
+        @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, np.int32)
+        def client_update(weights, seed, data, round_num):
+          return grouped_update(weights, seed, data, round_num)
+      else:
+        @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, np.int32, state_type)
+        def client_update(weights, seed, data, round_num, states):
+          return grouped_update(weights, seed, data, round_num, states)
+    else:
+      def reference_update(weights, seed, data, state=None):
+        delta, first_loss, mean_loss, n, new_state = client_round(weights, seed, data, state)
+        out = (delta, first_loss, n, mean_loss)
+        return out if new_state is None else out + (new_state,)
+
+      if state_type is None:
+        @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
+        def client_update(weights, seed, data):
+          return reference_update(weights, seed, data)
+      else:
+        @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, state_type)
+        def client_update(weights, seed, data, state):
+          return reference_update(weights, seed, data, state)
+
+    def round_body(weights, aggregator_state, seed, data, states=None):
       weights_at_clients = tff.federated_broadcast(weights)
       seed_at_clients = tff.federated_broadcast(seed)
+      extra = () if states is None else (states,)
       if simulation.grouped:
         out = tff.federated_map(client_update, (
             weights_at_clients, seed_at_clients, data,
-            tff.federated_broadcast(aggregator_state.round)))
+            tff.federated_broadcast(aggregator_state.round)) + extra)
         aggregated = aggregator.next(aggregator_state, out[0])
+        new_states = out[3] if extra else None
       else:
-        out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients, data))
+        out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients, data) + extra)
+        trained_at_clients = (weights_at_clients if mask.full
+                              else tff.federated_map(select_trained, weights_at_clients))
         info = tff.federated_zip(collections.OrderedDict(
-            num_examples=out[2], loss=out[3], model=weights_at_clients))
+            num_examples=out[2], loss=out[3], model=trained_at_clients))
         aggregated = aggregator.next(aggregator_state, out[0], info)
-      return collections.OrderedDict(aggregator_state=aggregated.state, update=aggregated.result,
-                                     loss=tff.federated_mean(out[1], weight=out[2]),
-                                     measurements=aggregated.measurements)
+        new_states = out[4] if extra else None
+      result = collections.OrderedDict(aggregator_state=aggregated.state, update=aggregated.result,
+                                       loss=tff.federated_mean(out[1], weight=out[2]),
+                                       measurements=aggregated.measurements)
+      if new_states is not None:
+        result["client_states"] = new_states
+      return result
+
+    @tff.tensorflow.computation(w_type)
+    def select_trained(weights):
+      return mask.select(list(weights))
+
+    server_types = (tff.FederatedType(w_type, tff.SERVER), agg_state_type,
+                    tff.FederatedType(common.SEED_TYPE, tff.SERVER))
+    if state_type is None:
+      @tff.federated_computation(*server_types, tff.FederatedType(data_type, tff.CLIENTS))
+      def run_round(weights, aggregator_state, seed, data):
+        return round_body(weights, aggregator_state, seed, data)
+    else:
+      @tff.federated_computation(*server_types, tff.FederatedType(data_type, tff.CLIENTS),
+                                 tff.FederatedType(state_type, tff.CLIENTS))
+      def run_round(weights, aggregator_state, seed, data, states):
+        return round_body(weights, aggregator_state, seed, data, states)
 
     self.client_update = client_update
     self.run_round = run_round
     self.aggregator = aggregator
     self.factory = factory
-    super().__init__(model, server_optimizer, aggregator)
 
-  def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
-    """The round's aggregated update, mean client loss, aggregator state and measurements, before
-    the server optimizer step."""
+  def compute_update(self, state: common.ServerState, clients: list[dict],
+                     client_states: list | None = None) -> dict:
+    """The round's aggregated update, mean client loss, aggregator state and measurements (and the
+    clients' new states, for a stateful process), before the server optimizer step."""
     if not clients:
       raise ValueError("a FedAvg round needs at least one client")
     need = self.config.method.min_samples
@@ -316,13 +397,86 @@ class FedAvgSSLProcess(common.ServerLoop):
       raise ValueError(f"{self.config.ssl}'s within-client loss needs >= {need} images per client; "
                        f"got a client with {small[0]}. Use DCCO for one-image clients")
     seed = common.round_seed(self.config.seed, state.round_num)
-    data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
-            else clients)
-    return dict(self.run_round(state.weights, state.aggregator_state, seed, data))
+    grouped = self.simulation.grouped
+    data = grouping.pack(clients, self.simulation.group_size) if grouped else clients
+    args = [state.weights, state.aggregator_state, seed, data]
+    if self.client_state is not None:
+      args.append(grouping.pack_states(client_states, self.simulation.group_size) if grouped
+                  else client_states)
+    out = dict(self.run_round(*args))
+    if self.client_state is not None:
+      sizes = [len(g["sizes"]) for g in data] if grouped else [1] * len(clients)
+      new = out["client_states"]
+      out["client_states"] = (grouping.unpack_states(new, sizes) if grouped else list(new))
+    return out
 
-  def next(self, state: common.ServerState, clients: list[dict]):
-    out = self.compute_update(state, clients)
+  def next(self, state: common.ServerState, clients: list[dict], *,
+           client_ids: Sequence[int] | None = None,
+           store: client_state_lib.ClientStateStore | None = None):
+    """One round: (new server state, metrics). A stateful process reads the sampled clients'
+    states (`client_ids`, in the order of `clients`) from `store` and writes their new ones."""
+    states = None
+    if self.client_state is not None:
+      if store is None or client_ids is None or len(client_ids) != len(clients):
+        raise ValueError("this process keeps client state: next() needs the clients' ids (one per "
+                         "client) and a client_state.ClientStateStore")
+      states = store.read(client_ids, state.round_num, self._initial_client_state)
+    out = self.compute_update(state, clients, states)
     new_state, metrics = self.finish_round(state, out["update"], out["loss"], len(clients),
                                            out["aggregator_state"])
+    if states is not None:
+      store.write(client_ids, out["client_states"], state.round_num)
     metrics["aggregation"] = out["measurements"]
     return new_state, metrics
+
+
+# Fields FedAvg-style methods read beyond every federated method's (DCCO's update aggregation is its
+# N_k-weighted mean, and its clients take full-batch steps).
+FIELDS = FEDERATED_FIELDS + ("aggregator", "aggregator_granularity", "scale_normalization",
+                             "fedavg_warmup_rounds", "measure_divergence", "local_batch_size",
+                             "client_weight_decay")
+
+
+def process_config(config) -> tuple[FedAvgSSLConfig, aggregators.AggregatorConfig,
+                                    grouping.Simulation]:
+  """The FedAvg process's typed configs of an `ExperimentConfig` (building them validates them)."""
+  common.check_server(config)
+  aggregator = aggregators.AggregatorConfig(
+      name=config.aggregator, granularity=config.aggregator_granularity,
+      scale_normalization=config.scale_normalization,
+      fedavg_warmup_rounds=config.fedavg_warmup_rounds,
+      measure_divergence=config.measure_divergence)
+  aggregator.check_options()
+  return (FedAvgSSLConfig(
+      ssl=config.ssl, cco_lambda=config.cco_lambda, temperature=config.temperature,
+      target_decay=config.target_decay, client_optimizer=config.client_optimizer,
+      client_learning_rate=config.client_learning_rate,
+      client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
+      local_batch_size=config.local_batch_size, augment=config.augment_config(), seed=config.seed),
+          aggregator, grouping.Simulation(mode=config.simulation, group_size=config.group_size))
+
+
+def build(config, model: FunctionalModel, image_shape: Sequence[int]) -> FedAvgSSLProcess:
+  fedavg_config, aggregator, simulation = process_config(config)
+  return FedAvgSSLProcess(model, image_shape, common.server_optimizer_for(config, model.names),
+                          fedavg_config, aggregator.build(model), simulation)
+
+
+def divergence_hint(config) -> str:
+  """What to try when a FedAvg-style run's loss became NaN or infinite."""
+  hint = f"lower --server_learning_rate (now {config.server_learning_rate})"
+  if config.aggregator in aggregators.DIVERGENCE_AWARE and not config.fedavg_warmup_rounds:
+    # Scaling scale-invariant (weight-standardized) layers by cosines < 1 shrinks them round after
+    # round, which raises the clients' effective step size (README: the mini L-DAWA table).
+    hint = (f"{config.aggregator} shrinks layers whose cosine to the global model is low: start "
+            f"with FedAvg rounds (--fedavg_warmup_rounds=2, the authors' code) or {hint}")
+  return hint
+
+
+METHOD = Method(
+    name="fedavg", kind="federated", fields=FIELDS, ssl=tuple(ssl_lib.SSL_METHODS),
+    validate=process_config, build=build,
+    min_samples=lambda config: ssl_lib.get(config.ssl).min_samples,
+    divergence_hint=divergence_hint,
+    summary="FedAvg with a within-client SSL loss (--ssl) and any aggregation strategy "
+            "(--aggregator).")

@@ -90,6 +90,21 @@ class FunctionalModel:
     self.output_dims = [int(shape[-1]) for shape in outputs]
     self.output_dim = self.output_dims[0]
 
+  def keras_model(self, weights: Sequence[np.ndarray]) -> tf.keras.Model:
+    """A Keras model of this architecture whose variables start at `weights` (this model's order):
+    e.g. the encoder of a checkpoint, for evaluation."""
+    if len(weights) != len(self.weight_specs):
+      raise ValueError(f"expected {len(self.weight_specs)} weight tensors; got {len(weights)}")
+    queue = list(weights)
+
+    def init_from_weights(next_creator, **kwargs):
+      if not _is_keras_counter(kwargs):
+        kwargs["initial_value"] = queue.pop(0)
+      return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(init_from_weights):
+      return self._build_fn()
+
   def __call__(self, weights: Sequence[tf.Tensor], x: tf.Tensor, training: bool = True):
     if len(weights) != len(self.weight_specs):
       raise ValueError(f"expected {len(self.weight_specs)} weight tensors; got {len(weights)}")

@@ -53,6 +53,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_ssl.federated import client_state
+
 MODES = ("grouped", "reference")
 
 
@@ -106,30 +108,60 @@ def pack(clients: Sequence[dict], group_size: int = 0) -> list[dict]:
   return groups
 
 
+def pack_states(states: Sequence, group_size: int = 0) -> list:
+  """Per-client states, in the clients' order, stacked per group as `pack` groups the clients."""
+  from_ = list(states)
+  size = group_size or len(from_)
+  return [client_state.stack(from_[start:start + size]) for start in range(0, len(from_), size)]
+
+
+def unpack_states(stacked_groups: Sequence, sizes: Sequence[int]) -> list:
+  """The per-client states of `pack_states`' groups (`sizes`: clients per group)."""
+  out = []
+  for stacked, count in zip(stacked_groups, sizes):
+    out.extend(client_state.unstack(stacked, count))
+  return out
+
+
 def field(data, name: str):
   return data[name] if isinstance(data, dict) else getattr(data, name)
 
 
-def fold_clients(group, body: Callable, initial):
+def fold_clients(group, body: Callable, initial, states=None):
   """`acc = body(images_k, ids_k, acc)` for each real client k of `group`, in one `tf.while_loop`.
 
-  `initial` is a (nested) structure of tensors with fixed shapes; returns the final accumulator. The
-  loop is built inside a `tf.function`: in the TF1-style graph of a TFF computation, `tf.while_loop`
-  would otherwise keep every iteration's intermediates for a possible gradient of the loop (seen: the
-  TFF worker at 6.7 GB and minutes per round for 10 clients x 5 local steps).
+  `initial` is a (nested) structure of tensors with fixed shapes; returns the final accumulator. With
+  `states` (the slot's client states, stacked on a leading axis: `client_state.stack`), the body is
+  `acc, new_state_k = body(images_k, ids_k, state_k, acc)` and the result is (acc, the new states
+  stacked likewise). The loop is built inside a `tf.function`: in the TF1-style graph of a TFF
+  computation, `tf.while_loop` would otherwise keep every iteration's intermediates for a possible
+  gradient of the loop (seen: the TFF worker at 6.7 GB and minutes per round for 10 clients x 5
+  local steps).
   """
 
   @tf.function
-  def loop(images, ids, sizes, initial):
+  def loop(images, ids, sizes, initial, states):
     offsets = tf.cumsum(sizes, exclusive=True)
     count = tf.shape(sizes)[0]
+    if states is None:
+      outs = ()
+    else:
+      outs = tf.nest.map_structure(
+          lambda s: tf.TensorArray(s.dtype, size=count, element_shape=s.shape[1:]), states)
 
-    def step(k, acc):
+    def step(k, acc, outs):
       start, n = offsets[k], sizes[k]
-      return k + 1, body(images[start:start + n], ids[start:start + n], acc)
+      if states is None:
+        return k + 1, body(images[start:start + n], ids[start:start + n], acc), outs
+      state_k = tf.nest.map_structure(lambda s: s[k], states)
+      acc, new_state = body(images[start:start + n], ids[start:start + n], state_k, acc)
+      outs = tf.nest.map_structure(lambda ta, s: ta.write(k, s), outs, new_state)
+      return k + 1, acc, outs
 
-    _, acc = tf.while_loop(lambda k, _: k < count, step, (tf.constant(0), initial),
-                           parallel_iterations=1)
-    return acc
+    _, acc, outs = tf.while_loop(lambda k, *_: k < count, step, (tf.constant(0), initial, outs),
+                                 parallel_iterations=1)
+    if states is None:
+      return acc
+    return acc, tf.nest.map_structure(lambda ta: ta.stack(), outs)
 
-  return loop(field(group, "images"), field(group, "ids"), field(group, "sizes"), initial)
+  return loop(field(group, "images"), field(group, "ids"), field(group, "sizes"), initial, states)

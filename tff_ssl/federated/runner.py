@@ -19,26 +19,25 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import aggregators, evaluation, models, runtime
+from tff_ssl import evaluation, methods, models, rundir, runtime
 from tff_ssl import data as data_lib
 from tff_ssl import progress as progress_lib
+from tff_ssl import ssl as ssl_lib
 from tff_ssl.data.client_data import PartitionedClientData
-from tff_ssl.federated import common, grouping
-from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated import client_state, common
+from tff_ssl.federated.common import ServerState
 from tff_ssl.federated.functional import FunctionalModel
+
+ENCODER_NAME = "encoder"  # The Keras name of the SSL model's encoder (`keras_encoder` finds it).
 
 
 def _ssl_keras_builder(config, image_shape):
-  """The federated model: encoder + projector (outputs z), + predictor for BYOL / SimSiam
+  """The federated model: encoder + projector (outputs z), + predictor when the SSL method has one
   (outputs [z, p])."""
-  from tff_ssl import ssl as ssl_lib  # pylint: disable=g-import-not-at-top
-  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
-  method = METHODS[config.method]
-  predictor = method.process == "fedavg" and ssl_lib.get(method.ssl).predictor
+  predictor = ssl_lib.get(config.ssl).predictor
 
   def build():
-    enc = config.build_encoder(image_shape)
+    enc = config.build_encoder(image_shape, name=ENCODER_NAME)
     proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector")
     x = tf.keras.Input(image_shape, name="images")
     z = proj(enc(x))
@@ -50,38 +49,13 @@ def _ssl_keras_builder(config, image_shape):
 
 
 def build_process(config, model: FunctionalModel, image_shape):
-  """The method's TFF process; the server learning rate is cosine-decayed over the rounds or
-  constant (`server_lr_schedule`)."""
-  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
-  method = METHODS[config.method]
-  base = common.SERVER_OPTIMIZERS[config.server_optimizer](config.server_learning_rate)
-  rounds, lr = config.rounds, config.server_learning_rate
-  optimizer = base if config.server_lr_schedule == "constant" else (
-      tff.learning.optimizers.schedule_learning_rate(
-          base, lambda r: lr * 0.5 * (1.0 + tf.cos(np.pi * tf.cast(r, tf.float32) / rounds))))
-  augment = config.augment_config()
-  simulation = grouping.Simulation(mode=config.simulation, group_size=config.group_size)
-  if method.process == "dcco":
-    return DCCOProcess(model, image_shape, optimizer, DCCOConfig(
-        cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
-        client_learning_rate=config.client_learning_rate,
-        local_steps=config.local_steps, augment=augment, seed=config.seed), simulation)
-  return FedAvgSSLProcess(model, image_shape, optimizer, FedAvgSSLConfig(
-      ssl=method.ssl, cco_lambda=config.cco_lambda, temperature=config.temperature,
-      target_decay=config.target_decay, client_optimizer=config.client_optimizer,
-      client_learning_rate=config.client_learning_rate,
-      client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
-      local_batch_size=config.local_batch_size, augment=augment, seed=config.seed),
-      aggregators.AggregatorConfig(**config.aggregator_options()).build(model),
-      simulation=simulation)
+  """The TFF process of `config`'s method (`tff_ssl.methods`) over `model`."""
+  return methods.get(config.method).build(config, model, image_shape)
 
 
 def min_samples_per_client(config) -> int:
   """Fewest images a client of this run's method can train on (within-client losses need 2)."""
-  from tff_ssl import ssl as ssl_lib  # pylint: disable=g-import-not-at-top
-  from tff_ssl.experiment import METHODS  # pylint: disable=g-import-not-at-top
-  method = METHODS[config.method]
-  return ssl_lib.get(method.ssl).min_samples if method.process == "fedavg" else 1
+  return methods.get(config.method).min_samples(config)
 
 
 def partition(config, train: data_lib.ImageSet):
@@ -96,36 +70,14 @@ def partition(config, train: data_lib.ImageSet):
       alpha=config.alpha, seed=config.seed)
 
 
-def keras_encoder(model_builder, weights: list[np.ndarray]) -> tf.keras.Model:
-  """The Keras encoder of the SSL model carrying `weights` (in the FunctionalModel's order)."""
-  queue = list(weights)
-
-  def init_from_weights(next_creator, **kwargs):
-    from tff_ssl.federated.functional import _is_keras_counter  # pylint: disable=g-import-not-at-top
-    if not _is_keras_counter(kwargs):
-      kwargs["initial_value"] = queue.pop(0)
-    return next_creator(**kwargs)
-
-  with tf.variable_creator_scope(init_from_weights):
-    ssl_model = model_builder()
-  return ssl_model.layers[1]  # Input, encoder, projector.
-
-
-def _state_to_program_state(state: common.ServerState):
-  return {"weights": state.weights, "optimizer_state": state.optimizer_state,
-          "aggregator_state": state.aggregator_state, "round_num": np.int64(state.round_num)}
-
-
-def _program_state_to_state(value) -> common.ServerState:
-  return common.ServerState(weights=[np.asarray(w) for w in value["weights"]],
-                            optimizer_state=value["optimizer_state"],
-                            aggregator_state=value["aggregator_state"],
-                            round_num=int(value["round_num"]))
+def keras_encoder(model: FunctionalModel, weights: list[np.ndarray]) -> tf.keras.Model:
+  """The Keras encoder (the layer named `ENCODER_NAME`) of the SSL model carrying `weights`."""
+  return model.keras_model(weights).get_layer(ENCODER_NAME)
 
 
 def _setup(config, train: data_lib.ImageSet, clients_rows):
-  """(Keras builder, FunctionalModel, TFF process, round -> that round's client inputs) of a run;
-  initialization and client sampling from `config.seed`."""
+  """(Keras builder, FunctionalModel, TFF process, round -> (that round's client ids, their inputs))
+  of a run; initialization and client sampling from `config.seed`."""
   clients = PartitionedClientData(train, clients_rows)
   tf.keras.utils.set_random_seed(config.seed)
   builder = _ssl_keras_builder(config, train.image_shape)
@@ -134,9 +86,10 @@ def _setup(config, train: data_lib.ImageSet, clients_rows):
   sample = tff.simulation.build_uniform_sampling_fn(
       list(range(clients.num_clients)), replace=False, random_seed=config.seed)
 
-  def round_clients(r: int) -> list:
-    return [common.client_inputs(train.images[clients.partition[c]], clients.partition[c])
-            for c in sample(r, config.clients_per_round)]
+  def round_clients(r: int) -> tuple[list[int], list[dict]]:
+    ids = [int(c) for c in sample(r, config.clients_per_round)]
+    return ids, [common.client_inputs(train.images[clients.partition[c]], clients.partition[c])
+                 for c in ids]
   return builder, model, process, round_clients
 
 
@@ -147,8 +100,10 @@ def trajectory(config, train: data_lib.ImageSet, rounds: int
   `run_federated`'s, for diagnostics such as tools/weight_norms.py."""
   _, model, process, round_clients = _setup(config, train, partition(config, train))
   state = process.initialize()
+  store = client_state.MemoryClientStateStore()
   for r in range(rounds):
-    state, metrics = process.next(state, round_clients(r))
+    ids, clients = round_clients(r)
+    state, metrics = process.next(state, clients, client_ids=ids, store=store)
     yield r, model, [np.asarray(w) for w in state.weights], metrics
 
 
@@ -158,11 +113,11 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   """Runs (or resumes) federated pretraining per `config`; returns the results and the encoder."""
   need = min_samples_per_client(config)
   if config.partition == "dirichlet" and config.samples_per_client < need:
-    raise ValueError(f"{config.method} needs >= {need} samples per client for its within-client "
-                     f"loss; got samples_per_client={config.samples_per_client}. Use dcco")
+    raise ValueError(f"{config.method} with --ssl={config.ssl} needs >= {need} samples per client "
+                     f"for its within-client loss; got samples_per_client="
+                     f"{config.samples_per_client}. Use dcco")
   clients_rows = partition(config, train)  # Raises ValueError before anything is written.
-  from tff_ssl.experiment import hparams_json  # pylint: disable=g-import-not-at-top
-  hparams = hparams_json(config)
+  hparams = rundir.hparams_json(config)
   hparams_path = os.path.join(output_dir, "hparams.json")
   if os.path.exists(hparams_path) and open(hparams_path).read() != hparams:
     raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
@@ -185,9 +140,14 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       os.path.join(output_dir, "aggregation.csv"), key_fieldname="round")
 
   state = process.initialize()
-  loaded, version = asyncio.run(state_manager.load_latest(_state_to_program_state(state)))
+  loaded, _ = asyncio.run(state_manager.load_latest(state.to_program_state()))
   if loaded is not None:
-    state = _program_state_to_state(loaded)
+    state = ServerState.from_program_state(loaded)
+  # Client states live on disk; a resumed run forgets what rounds after its checkpoint wrote.
+  store = (client_state.DiskClientStateStore(os.path.join(output_dir, "client_states"))
+           if process.client_state is not None else None)
+  if store is not None:
+    store.rollback(state.round_num)
   probe = config.probe_config()
   start = time.perf_counter()
   bar = progress_lib.bar(config.rounds, desc="rounds", unit="round", initial=state.round_num,
@@ -196,14 +156,15 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
     while state.round_num < config.rounds:
       r = state.round_num
       round_start = time.perf_counter()
-      state, metrics = process.next(state, round_clients(r))
+      ids, clients = round_clients(r)
+      state, metrics = process.next(state, clients, client_ids=ids, store=store)
       if not np.isfinite(metrics["loss"]):
         raise FloatingPointError(
-            f"round {r}: loss became {metrics['loss']}; {_divergence_hint(config)}")
+            f"round {r}: loss became {metrics['loss']}; {methods.get(config.method).hint(config)}")
       released = {"loss": np.float32(metrics["loss"])}
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
         released["linear_probe_accuracy"] = np.float32(evaluation.linear_probe(
-            keras_encoder(builder, state.weights), train, test, probe))
+            keras_encoder(model, state.weights), train, test, probe))
       round_seconds = time.perf_counter() - round_start
       asyncio.run(csv_release.release(released, key=r))
       asyncio.run(tb_release.release(released, key=r))
@@ -211,16 +172,20 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
         asyncio.run(aggregation_release.release(metrics["aggregation"], key=r))
         asyncio.run(tb_release.release({"aggregation": metrics["aggregation"]}, key=r))
       own_mb, worker_mb = runtime.resident_memory_mb()
-      asyncio.run(resources_release.release(
-          {"round_seconds": np.float32(round_seconds), "rss_mb": np.float32(own_mb),
-           "worker_rss_mb": np.float32(worker_mb)}, key=r))
+      resources = {"round_seconds": np.float32(round_seconds), "rss_mb": np.float32(own_mb),
+                   "worker_rss_mb": np.float32(worker_mb)}
+      if store is not None:
+        resources["client_states_mb"] = np.float32(store.disk_bytes() / 2**20)
+      asyncio.run(resources_release.release(resources, key=r))
       if state.round_num % config.checkpoint_every == 0 or state.round_num == config.rounds:
-        asyncio.run(state_manager.save(_state_to_program_state(state), version=state.round_num))
+        asyncio.run(state_manager.save(state.to_program_state(), version=state.round_num))
+        if store is not None:  # Versions no kept checkpoint needs.
+          store.prune(min(asyncio.run(state_manager.get_versions()) or [state.round_num]))
       bar.update(1)
       bar.set_postfix(loss=f"{metrics['loss']:.2f}")
   finally:
     bar.close()
-  encoder = keras_encoder(builder, state.weights)
+  encoder = keras_encoder(model, state.weights)
   results = {
       "method": config.method,
       "dataset": config.dataset,
@@ -231,7 +196,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   }
   if random_init_baseline:
     results["linear_probe_accuracy_random_init"] = evaluation.linear_probe(
-        keras_encoder(builder, model.initial_weights), train, test, probe)
+        keras_encoder(model, model.initial_weights), train, test, probe)
   results["seconds"] = round(time.perf_counter() - start, 1)
   return results, encoder
 
@@ -239,24 +204,17 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
 def load_encoder(config, image_shape, manager) -> tf.keras.Model:
   """The Keras encoder held by the latest checkpoint of a federated run."""
   tf.keras.utils.set_random_seed(config.seed)
-  builder = _ssl_keras_builder(config, image_shape)
-  model = FunctionalModel(builder)
+  model = FunctionalModel(_ssl_keras_builder(config, image_shape))
   process = build_process(config, model, image_shape)
-  loaded, _ = asyncio.run(manager.load_latest(_state_to_program_state(process.initialize())))
+  loaded, _ = asyncio.run(manager.load_latest(process.initialize().to_program_state()))
   if loaded is None:
     raise ValueError("the run has no checkpoint yet; run bin/train first")
-  return keras_encoder(builder, _program_state_to_state(loaded).weights)
+  return keras_encoder(model, ServerState.from_program_state(loaded).weights)
 
 
 def _divergence_hint(config) -> str:
-  """What to try when a run's loss became NaN or infinite."""
-  hint = f"lower --server_learning_rate (now {config.server_learning_rate})"
-  if config.aggregator in aggregators.DIVERGENCE_AWARE and not config.fedavg_warmup_rounds:
-    # Scaling scale-invariant (weight-standardized) layers by cosines < 1 shrinks them round after
-    # round, which raises the clients' effective step size (README: the mini L-DAWA table).
-    hint = (f"{config.aggregator} shrinks layers whose cosine to the global model is low: start "
-            f"with FedAvg rounds (--fedavg_warmup_rounds=2, the authors' code) or {hint}")
-  return hint
+  """What to try when a run's loss became NaN or infinite (the method's hint)."""
+  return methods.get(config.method).hint(config)
 
 
 def _read_last_loss(path: str) -> float:

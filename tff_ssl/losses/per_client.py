@@ -16,8 +16,6 @@ terms of `byol.py` / `simsiam.py`, segment-summed by client and divided by the c
 
 from __future__ import annotations
 
-from typing import Callable
-
 import tensorflow as tf
 
 from tff_ssl.losses import byol, cco, ntxent, simsiam
@@ -106,19 +104,3 @@ def simsiam_loss_per_client(p1: tf.Tensor, p2: tf.Tensor, z1: tf.Tensor, z2: tf.
   """[K] SimSiam losses (`simsiam.simsiam_loss`, projections stop-gradiented) of clients whose rows
   of `p1`, `p2`, `z1`, `z2` have the given sizes; a one-sample client is fine."""
   return _mean_per_client(simsiam.simsiam_loss_per_sample(p1, p2, z1, z2), sizes)
-
-
-# Per-client counterparts of `losses.LOSSES`, with the same hyperparameter names.
-PER_CLIENT_LOSSES: dict[str, Callable[..., Callable]] = {
-    "cco": lambda lambd=cco.DEFAULT_LAMBDA: (
-        lambda f, g, sizes: cco_loss_per_client(f, g, sizes, lambd=lambd)),
-    "nt_xent": lambda temperature=ntxent.DEFAULT_TEMPERATURE: (
-        lambda z1, z2, sizes: nt_xent_loss_per_client(z1, z2, sizes, temperature=temperature)),
-}
-
-# Per-client counterparts of `losses.PREDICTION_LOSSES`: (p1, p2, t1, t2, sizes) -> [K] losses. Kept
-# apart from PER_CLIENT_LOSSES, whose entries are factories of (f, g, sizes) losses.
-PER_CLIENT_PREDICTION_LOSSES: dict[str, Callable] = {
-    "byol": byol_loss_per_client,
-    "simsiam": simsiam_loss_per_client,
-}

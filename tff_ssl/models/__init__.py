@@ -17,11 +17,12 @@ ENCODERS: dict[str, Callable[..., tf.keras.Model]] = {
 }
 
 
-def build_encoder(name: str, input_shape: Sequence[int], **kwargs) -> tf.keras.Model:
-  """Encoder `name` (one of ENCODERS) for images of `input_shape` (H, W, C)."""
-  if name not in ENCODERS:
-    raise ValueError(f"unknown encoder {name!r}; choose one of {sorted(ENCODERS)}")
-  return ENCODERS[name](input_shape, **kwargs)
+def build_encoder(encoder: str, input_shape: Sequence[int], **kwargs) -> tf.keras.Model:
+  """Encoder `encoder` (one of ENCODERS) for images of `input_shape` (H, W, C); `name=` names the
+  Keras model."""
+  if encoder not in ENCODERS:
+    raise ValueError(f"unknown encoder {encoder!r}; choose one of {sorted(ENCODERS)}")
+  return ENCODERS[encoder](input_shape, **kwargs)
 
 
 class SSLModel:

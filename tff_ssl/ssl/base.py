@@ -36,4 +36,4 @@ class SSLMethod:
   predictor: bool = False  # The online network ends in a predictor head.
   ema_target: bool = False  # A target network, the EMA of the online one during local training.
   min_samples: int = 2  # Fewest images per client the loss is defined for.
-  hparams: tuple[str, ...] = ()  # Config fields the loss reads.
+  hparams: tuple[str, ...] = ()  # Config fields it reads (ExperimentConfig: the loss's and heads').

@@ -13,4 +13,4 @@ METHOD = SSLMethod(
     loss=lambda o, hp: losses.simsiam_loss(o.p1, o.p2, o.z1, o.z2),
     per_client_loss=lambda o, sizes, hp: per_client.simsiam_loss_per_client(
         o.p1, o.p2, o.z1, o.z2, sizes),
-    predictor=True, min_samples=1)
+    predictor=True, min_samples=1, hparams=("predictor",))

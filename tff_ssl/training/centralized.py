@@ -16,8 +16,15 @@ import tensorflow as tf
 
 from tff_ssl import losses as losses_lib
 from tff_ssl import optim
+from tff_ssl import ssl as ssl_lib
 from tff_ssl.data.augment import AugmentConfig, two_views
+from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.models import SSLModel
+
+# SSL methods centralized pretraining trains with: within-batch losses of the projections (no
+# predictor head, no target network).
+CENTRALIZED_SSL = tuple(name for name, m in ssl_lib.SSL_METHODS.items()
+                        if not m.predictor and not m.ema_target)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +33,7 @@ class PretrainConfig:
 
   steps: int
   batch_size: int = 512
-  loss: str = "cco"
+  ssl: str = "cco"  # A `tff_ssl.ssl` method of CENTRALIZED_SSL.
   cco_lambda: float = losses_lib.cco.DEFAULT_LAMBDA
   temperature: float = losses_lib.ntxent.DEFAULT_TEMPERATURE
   optimizer: str = "adam"
@@ -39,15 +46,17 @@ class PretrainConfig:
       raise ValueError(f"steps must be >= 1; got {self.steps}")
     if self.batch_size < 2:
       raise ValueError(f"batch_size must be >= 2 for a within-batch SSL loss; got {self.batch_size}")
-    if self.loss not in losses_lib.LOSSES:
-      raise ValueError(f"unknown loss {self.loss!r}; choose one of {sorted(losses_lib.LOSSES)}")
+    if self.ssl not in CENTRALIZED_SSL:
+      raise ValueError(f"centralized pretraining trains with ssl in {list(CENTRALIZED_SSL)}; got "
+                       f"{self.ssl!r}")
     if self.optimizer not in optim.OPTIMIZERS:
       raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of "
                        f"{sorted(optim.OPTIMIZERS)}")
 
   def loss_fn(self) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    kwargs = {"lambd": self.cco_lambda} if self.loss == "cco" else {"temperature": self.temperature}
-    return losses_lib.get_loss(self.loss, **kwargs)
+    """(z1, z2) -> the SSL method's loss with this config's hyperparameters."""
+    method = ssl_lib.get(self.ssl)
+    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), self)
 
 
 def batch_indices(num_examples: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
@@ -103,3 +112,17 @@ def pretrain(model: SSLModel, images: np.ndarray, config: PretrainConfig, *,
     if on_step is not None:
       on_step(step, loss)
   return history
+
+
+def pretrain_config(config) -> PretrainConfig:
+  """The `PretrainConfig` of an `ExperimentConfig` (validating it)."""
+  return PretrainConfig(
+      steps=config.steps, batch_size=config.batch_size, ssl=config.ssl,
+      cco_lambda=config.cco_lambda, temperature=config.temperature, optimizer=config.optimizer,
+      learning_rate=config.learning_rate, augment=config.augment_config(), seed=config.seed)
+
+
+METHOD = Method(
+    name="centralized", kind="centralized", fields=CENTRALIZED_FIELDS, ssl=CENTRALIZED_SSL,
+    validate=pretrain_config,
+    summary="SSL pretraining on the pooled training data: the federated methods' upper bound.")

@@ -1,0 +1,102 @@
+"""What a method is to the rest of the project: one registry entry (`tff_ssl.methods.METHODS`).
+
+A method declares its name, its kind, the config fields it reads, the client SSL losses it trains
+with (`tff_ssl.ssl`), the fewest images a client needs, and, for a federated method, how its TFF
+process is built. The runner, `bin/train`, `tasks/` and the tables ask the entry; none compares method
+names. Adding a federated method is one module (its process and its `METHOD = Method(...)`), one line
+in `tff_ssl/methods.py` and its tests (README: "Adding a method").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from tff_ssl import ssl as ssl_lib
+
+KINDS = ("federated", "centralized", "supervised")
+# Fields every federated method reads.
+FEDERATED_FIELDS = ("rounds", "num_clients", "partition", "samples_per_client", "split_samples",
+                    "alpha", "clients_per_round", "local_steps", "client_optimizer",
+                    "client_learning_rate", "server_optimizer", "server_learning_rate",
+                    "server_lr_schedule", "checkpoint_every", "simulation", "group_size")
+# Fields of centralized pretraining and of the supervised baseline.
+CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
+
+
+def _no_check(config) -> None:
+  del config
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """A method's registry entry.
+
+  name: what `--method` takes.
+  kind: "federated" (a TFF process, run by `tff_ssl.federated.runner`), "centralized" (pretraining
+    on the pooled data) or "supervised" (the from-scratch baseline; no pretraining).
+  fields: the `ExperimentConfig` fields it reads beyond the common ones; the chosen SSL method's
+    hyperparameters (`tff_ssl.ssl`) are read too. Setting a field the method does not read is an error.
+  ssl: the client SSL methods it trains with (empty: it reads no `ssl`).
+  validate(config): builds the method's typed sub-configs from an `ExperimentConfig`, which validates
+    them (raises ValueError naming the bad value); called once, when the config is made.
+  build(config, model, image_shape): the method's TFF process (federated methods) over a
+    `FunctionalModel`, with `initialize()` and `next(state, clients, *, client_ids, store)`.
+  min_samples(config): the fewest images a client can train on.
+  divergence_hint(config): what to change when the loss became NaN (appended to the error).
+  """
+
+  name: str
+  kind: str
+  summary: str
+  fields: tuple[str, ...] = ()
+  ssl: tuple[str, ...] = ()
+  validate: Callable[[Any], Any] = _no_check
+  build: Callable[..., Any] | None = None
+  min_samples: Callable[[Any], int] = lambda config: 1
+  divergence_hint: Callable[[Any], str] | None = None
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f"method {self.name!r}: unknown kind {self.kind!r}; choose one of "
+                       f"{list(KINDS)}")
+    if (self.kind == "federated") != (self.build is not None):
+      raise ValueError(f"method {self.name!r}: a federated method needs `build` (and only it)")
+    unknown = [s for s in self.ssl if s not in ssl_lib.SSL_METHODS]
+    if unknown:
+      raise ValueError(f"method {self.name!r}: unknown SSL method {unknown[0]!r}; choose from "
+                       f"{sorted(ssl_lib.SSL_METHODS)}")
+
+  @property
+  def federated(self) -> bool:
+    return self.kind == "federated"
+
+  @property
+  def length_field(self) -> str:
+    """The field that sets the run's length: rounds (federated) or steps."""
+    return "rounds" if self.federated else "steps"
+
+  @property
+  def lr_field(self) -> str:
+    """The learning rate a table's pilots choose: the server's (federated) or the optimizer's."""
+    return "server_learning_rate" if self.federated else "learning_rate"
+
+  def reads(self, config) -> tuple[str, ...]:
+    """Every method-specific field this method reads with `config`'s SSL method."""
+    if not self.ssl:
+      return self.fields
+    return self.fields + ("ssl",) + ssl_lib.get(config.ssl).hparams
+
+  def check(self, config) -> None:
+    """Validates `config` for this method: its SSL method, then its typed sub-configs."""
+    if self.ssl and config.ssl not in self.ssl:
+      raise ValueError(f"method {self.name!r} trains with ssl in {list(self.ssl)}; got "
+                       f"ssl={config.ssl!r}")
+    self.validate(config)
+
+  def hint(self, config) -> str:
+    """What to try when a run's loss became NaN or infinite."""
+    if self.divergence_hint is not None:
+      return self.divergence_hint(config)
+    rate = "server_learning_rate" if self.federated else "learning_rate"
+    return f"lower --{rate} (now {getattr(config, rate)})"

@@ -1,0 +1,41 @@
+"""The registry of methods (`--method`): every method the project runs, by name.
+
+  dcco         DCCO's two-phase federated round                      (tff_ssl/federated/dcco.py)
+  fedavg       FedAvg with a within-client SSL loss, any aggregator  (tff_ssl/federated/fedavg.py)
+  centralized  pretraining on the pooled data (the upper bound)      (tff_ssl/training/)
+  supervised   training from scratch on the labeled fraction         (tff_ssl/evaluation/)
+
+Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).federated`,
+`.min_samples(config)`, `.build(...)`), never compare names.
+"""
+
+from __future__ import annotations
+
+from tff_ssl.federated import dcco, fedavg
+from tff_ssl.method import CENTRALIZED_FIELDS, Method
+from tff_ssl.training import centralized
+
+SUPERVISED = Method(
+    name="supervised", kind="supervised", fields=CENTRALIZED_FIELDS,
+    summary="Supervised training from scratch on the labeled fraction: the tables' lower baseline.")
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    dcco.METHOD,
+    fedavg.METHOD,
+    centralized.METHOD,
+    SUPERVISED,
+)}
+
+
+def get(name: str) -> Method:
+  """The method `name`; ValueError listing the registered names otherwise."""
+  if name not in METHODS:
+    raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)}")
+  return METHODS[name]
+
+
+def register(method: Method) -> None:
+  """Adds `method` to the registry (a method defined outside the package, e.g. in a test)."""
+  if method.name in METHODS:
+    raise ValueError(f"a method named {method.name!r} is already registered")
+  METHODS[method.name] = method
