@@ -110,8 +110,8 @@ def checks(table: Table, records) -> list[str]:
   rows = {r.key: r for r in table.rows}
   lines = []
   dcco = [k for k, r in rows.items() if r.config.method == "dcco"]
-  fedavg = [k for k, r in rows.items() if r.config.method.startswith("fedavg")]
-  central = [k for k, r in rows.items() if r.config.method == "centralized_cco"]
+  fedavg = [k for k, r in rows.items() if r.config.method == "fedavg"]
+  central = [k for k, r in rows.items() if r.config.method == "centralized"]
   for c in table.columns:
     if c.group != "non-IID" or not dcco or (dcco[0], c.key) not in rec:
       continue

@@ -19,8 +19,7 @@ PROGRAM = textwrap.dedent("""
     sys.path.insert(0, {root!r})
     import numpy as np
     import tensorflow_federated as tff
-    from tff_ssl import runtime
-    runtime.install()
+    from tff_ssl import runtime  # Importing tff_ssl is the whole clean-up: no install() call.
 
     @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
     def mean(x):
@@ -58,6 +57,50 @@ def test_worker_is_stopped_on_every_exit_path(how, code):
   while _alive(pid) and time.time() < deadline:
     time.sleep(0.1)
   assert not _alive(pid)
+
+
+USER_SCRIPT = textwrap.dedent("""
+    import os, sys
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+    sys.path.insert(0, {root!r})
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_federated as tff
+    import tff_ssl
+    from tff_ssl import models, runtime
+    from tff_ssl.federated import common, dcco, functional
+
+    shape = (8, 8, 1)
+    def build():
+      enc = models.build_encoder("resnet14", shape, width=0.25)
+      x = tf.keras.Input(shape)
+      return tf.keras.Model(x, models.build_mlp_head(enc.output_shape[-1], [8, 8])(enc(x)))
+    model = functional.FunctionalModel(build)
+    process = dcco.DCCOProcess(model, shape, tff.learning.optimizers.build_sgdm(1e-3))
+    images = np.random.default_rng(0).integers(0, 256, (4,) + shape, dtype=np.uint8)
+    clients = [common.client_inputs(images[i:i + 2], np.arange(i, i + 2)) for i in (0, 2)]
+    state, metrics = process.next(process.initialize(), clients)
+    print("round 1 loss", metrics["loss"], flush=True)
+    print("worker", runtime.worker_processes()[0].pid, flush=True)
+""")
+
+
+def test_user_script_importing_tff_ssl_leaves_no_worker(tmp_path):
+  """A user's own script (not bin/): import tff_ssl, run one DCCO round, exit -- through a pipe."""
+  script = tmp_path / "my_script.py"
+  script.write_text(USER_SCRIPT.format(root=ROOT))
+  # `python my_script.py | cat`: the shell returns only when every holder of the pipe has exited.
+  proc = subprocess.run(f"{sys.executable} {script} | cat", shell=True, capture_output=True,
+                        text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("worker ")]
+  assert lines and "round 1 loss" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+  pid = int(lines[0].split()[1])
+  deadline = time.time() + 10
+  while _alive(pid) and time.time() < deadline:
+    time.sleep(0.1)
+  assert not _alive(pid)
+  assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_stop_workers_in_this_process_is_idempotent():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import importlib.abc
 import logging
 import signal
 import subprocess
@@ -127,19 +128,59 @@ def _exit_on_signal(signum, frame):  # pylint: disable=unused-argument
   raise SystemExit(128 + signum)
 
 
+_FACTORY_MODULE = "tensorflow_federated.python.core.impl.executor_stacks.executor_factory"
+
+
+def _patch_factory(module) -> None:
+  if getattr(module, "subprocess", None) is subprocess:
+    module.subprocess = _SubprocessShim()
+  elif not isinstance(getattr(module, "subprocess", None), _SubprocessShim):
+    logging.warning("tff_ssl.runtime: TFF's executor factory no longer uses `subprocess`; "
+                    "workers are stopped at exit but not on SIGKILL")
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+  """Patches TFF's executor factory the moment it is imported (TFF itself is not imported early)."""
+
+  def find_spec(self, fullname, path, target=None):
+    if fullname != _FACTORY_MODULE:
+      return None
+    for finder in sys.meta_path:
+      if finder is self or not hasattr(finder, "find_spec"):
+        continue
+      spec = finder.find_spec(fullname, path, target)
+      if spec is not None and spec.loader is not None:
+        spec.loader = _PatchingLoader(spec.loader)
+        return spec
+    return None
+
+
+class _PatchingLoader(importlib.abc.Loader):
+  def __init__(self, loader):
+    self._loader = loader
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module):
+    self._loader.exec_module(module)
+    _patch_factory(module)
+
+
 def install() -> None:
-  """Installs the worker clean-up for this process; idempotent. Call before the first TFF computation."""
+  """Installs the worker clean-up for this process; idempotent.
+
+  Runs when `tff_ssl` is imported, so any program using the library (not only `bin/`) is covered. It
+  does not import TFF: if TFF's executor factory is not imported yet, it is patched on import.
+  """
   global _installed
   with _lock:
     if _installed:
       return
-    # Imported here so that modules which never run TFF computations do not pay for TFF's import.
-    from tensorflow_federated.python.core.impl.executor_stacks import executor_factory  # pylint: disable=g-import-not-at-top
-    if getattr(executor_factory, "subprocess", None) is subprocess:
-      executor_factory.subprocess = _SubprocessShim()
+    if _FACTORY_MODULE in sys.modules:
+      _patch_factory(sys.modules[_FACTORY_MODULE])
     else:
-      logging.warning("tff_ssl.runtime: TFF's executor factory no longer uses `subprocess`; "
-                      "workers are stopped at exit but not on SIGKILL")
+      sys.meta_path.insert(0, _PatchOnImport())
     atexit.register(_at_exit)
     if threading.current_thread() is threading.main_thread():
       for sig in (signal.SIGTERM, signal.SIGHUP):

@@ -141,17 +141,19 @@ class DiskClientStateStore(ClientStateStore):
   def _path(self, cid: int, version: int) -> str:
     return os.path.join(self._client_dir(cid), f"{version}.npz")
 
+  def read_flat(self, client_id: int, round_num: int) -> list[np.ndarray] | None:
+    """The flattened state of one client at the start of round `round_num` (None: no version)."""
+    versions = [v for v in self._versions(int(client_id)) if v <= round_num]
+    if not versions:
+      return None
+    with np.load(self._path(int(client_id), versions[-1])) as f:
+      return [f[f"t{i}"] for i in range(len(f.files))]
+
   def read(self, client_ids, round_num, initial):
-    template = tf.nest.flatten(initial)
     out = []
     for cid in client_ids:
-      versions = [v for v in self._versions(int(cid)) if v <= round_num]
-      if not versions:
-        out.append(initial)
-        continue
-      with np.load(self._path(int(cid), versions[-1])) as f:
-        flat = [f[f"t{i}"] for i in range(len(template))]
-      out.append(tf.nest.pack_sequence_as(initial, flat))
+      flat = self.read_flat(cid, round_num)
+      out.append(initial if flat is None else tf.nest.pack_sequence_as(initial, flat))
     return out
 
   def write(self, client_ids, states, round_num):
