@@ -212,12 +212,6 @@ class RunExistsError(ValueError):
   """The output folder already holds a finished run."""
 
 
-# Run-folder files (kept importable from here for callers of earlier versions).
-hparams_json = rundir.hparams_json
-write_hparams = rundir.write_hparams
-write_atomic = rundir.write_atomic
-
-
 def load_splits(config: ExperimentConfig) -> tuple[data_lib.ImageSet, data_lib.ImageSet]:
   """The (train, evaluation) splits of a run: (train, test), or with `validation_fraction` > 0,
   (train minus a stratified held-out fraction, that held-out validation split)."""
@@ -257,7 +251,7 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
     start = time.perf_counter()
     results["evaluations"] = evaluate(encoder, train, test)
     results["evaluation_seconds"] = round(time.perf_counter() - start, 1)
-  write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  rundir.write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   return results
 
 
@@ -266,7 +260,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
   if config.batch_size > len(train):
     raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
                      f"{config.dataset}")
-  write_hparams(config, output_dir)
+  rundir.write_hparams(config, output_dir)
 
   tf.keras.utils.set_random_seed(config.seed)
   encoder = config.build_encoder(train.image_shape)
@@ -311,7 +305,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
 
 def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
                     results_path: str) -> dict[str, Any]:
-  write_hparams(config, output_dir)
+  rundir.write_hparams(config, output_dir)
   start = time.perf_counter()
   acc = evaluation.supervised_from_scratch(
       lambda: config.build_encoder(train.image_shape),
@@ -322,7 +316,7 @@ def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,
   results = {"method": "supervised", "dataset": config.dataset, "steps": config.steps,
              "label_fraction": config.eval_label_fraction, "supervised_accuracy": acc,
              "seconds": round(time.perf_counter() - start, 1)}
-  write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
+  rundir.write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   return results
 
 

@@ -21,10 +21,9 @@ import os
 import time
 from typing import Any, Callable
 
-import numpy as np
 import tensorflow as tf
 
-from tff_ssl import evaluation, experiment
+from tff_ssl import evaluation, experiment, rundir, table_report
 from tff_ssl import progress as progress_lib
 from tff_ssl.tables import FAILED, Column, Row, Table
 
@@ -74,7 +73,7 @@ def _read_json(path: str) -> Any:
 
 def _write_json(path: str, value: Any) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  experiment.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+  rundir.write_atomic(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
 def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
@@ -83,7 +82,7 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
   for path in (done, failed):
     if os.path.exists(path):
       hparams = os.path.join(run_dir, "hparams.json")
-      if not os.path.exists(hparams) or open(hparams).read() != experiment.hparams_json(config):
+      if not os.path.exists(hparams) or open(hparams).read() != rundir.hparams_json(config):
         raise ValueError(f"{run_dir} was run with other settings than the table's now; delete it "
                          f"(or choose another --output_dir) to run it again")
       return _read_json(path)
@@ -92,7 +91,7 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
   except FloatingPointError as e:  # A diverged run is a result (the paper's FAILED), not a crash.
     result = {"failed": str(e)}
     if not os.path.exists(os.path.join(run_dir, "hparams.json")):
-      experiment.write_hparams(config, run_dir)
+      rundir.write_hparams(config, run_dir)
     _write_json(failed, result)
     return result
 
@@ -227,7 +226,6 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
   # Wall time of each invocation (a resumed table has several); table.md reports their sum.
   timing["invocations"].append(round(time.perf_counter() - start, 1))
   _write_json(timing_path, timing)
-  from tff_ssl import table_report  # pylint: disable=g-import-not-at-top
   return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing)
 
 
@@ -237,35 +235,3 @@ def _summary(result: dict[str, Any]) -> str:
   if "supervised_accuracy" in result:
     return f"supervised {result['supervised_accuracy']:.4f}"
   return f"linear probe {result['linear_probe_accuracy_pretrained']:.4f}"
-
-
-def cell_accuracy(table: Table, cell: Cell, result: dict[str, Any], evaluation_key: str
-                  ) -> float | str:
-  """The cell's number for one evaluation: a fraction in [0, 1], or FAILED."""
-  if "failed" in result:
-    return FAILED
-  if evaluation_key == table.evaluations[0].key:
-    return float(result["linear_probe_accuracy_pretrained"])
-  return float(result["evaluations"][evaluation_key])
-
-
-def curve(run_dir: str, result: dict[str, Any], length: int, random_acc: float
-          ) -> tuple[np.ndarray, np.ndarray]:
-  """(rounds, linear-probe accuracy) of a run: round 0 at initialization, the periodic probes of
-  metrics.csv, the final probe."""
-  xs, ys = [0], [random_acc]
-  path = os.path.join(run_dir, "metrics.csv")
-  if os.path.exists(path):
-    with open(path) as f:
-      header = f.readline().strip().split(",")
-      if "linear_probe_accuracy" in header:
-        col = header.index("linear_probe_accuracy")
-        for line in f:
-          parts = line.strip().split(",")
-          if len(parts) > col and parts[col]:
-            xs.append(int(parts[0]) + 1)
-            ys.append(float(parts[col]))
-  if "linear_probe_accuracy_pretrained" in result:
-    xs.append(length)
-    ys.append(float(result["linear_probe_accuracy_pretrained"]))
-  return np.asarray(xs), np.asarray(ys)

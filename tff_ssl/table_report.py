@@ -7,11 +7,44 @@ import io
 import os
 from typing import Any
 
-from tff_ssl import experiment
+import numpy as np
+
+from tff_ssl import rundir
 from tff_ssl.tables import FAILED, Table
 
 CSV_FIELDS = ("evaluation", "row", "column", "group", "total_clients", "samples_per_client",
               "clients_per_round", "ours", "paper", "status", "learning_rate")
+
+
+def cell_accuracy(table: Table, result: dict[str, Any], evaluation_key: str) -> float | str:
+  """The cell's number for one evaluation: a fraction in [0, 1], or FAILED."""
+  if "failed" in result:
+    return FAILED
+  if evaluation_key == table.evaluations[0].key:
+    return float(result["linear_probe_accuracy_pretrained"])
+  return float(result["evaluations"][evaluation_key])
+
+
+def curve(run_dir: str, result: dict[str, Any], length: int, random_acc: float
+          ) -> tuple[np.ndarray, np.ndarray]:
+  """(rounds, linear-probe accuracy) of a run: round 0 at initialization, the periodic probes of
+  metrics.csv, the final probe."""
+  xs, ys = [0], [random_acc]
+  path = os.path.join(run_dir, "metrics.csv")
+  if os.path.exists(path):
+    with open(path) as f:
+      header = f.readline().strip().split(",")
+      if "linear_probe_accuracy" in header:
+        col = header.index("linear_probe_accuracy")
+        for line in f:
+          parts = line.strip().split(",")
+          if len(parts) > col and parts[col]:
+            xs.append(int(parts[0]) + 1)
+            ys.append(float(parts[col]))
+  if "linear_probe_accuracy_pretrained" in result:
+    xs.append(length)
+    ys.append(float(result["linear_probe_accuracy_pretrained"]))
+  return np.asarray(xs), np.asarray(ys)
 
 
 def fmt(value) -> str:
@@ -29,7 +62,6 @@ def _paper(value) -> str:
 
 def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
   """One record per (evaluation, row, column) of the grid, with ours, the paper's and a status."""
-  from tff_ssl.reproduce import cell_accuracy  # pylint: disable=g-import-not-at-top
   by_key = {(c.row.key, c.column.key if c.column else None, c.label_fraction): c for c in todo}
   records = []
   for e in table.evaluations:
@@ -55,7 +87,7 @@ def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
         elif row.supervised:
           rec["ours"], rec["status"] = float(result["supervised_accuracy"]), "ok"
         else:
-          value = cell_accuracy(table, cell, result, e.key)
+          value = cell_accuracy(table, result, e.key)
           rec["ours"] = None if value == FAILED else value
           rec["status"] = "ok" if value != FAILED else f"{FAILED}: {result['failed']}"
         records.append(rec)
@@ -145,7 +177,6 @@ def plot(table: Table, output_dir: str, todo, results, random_acc) -> str:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  from tff_ssl.reproduce import curve  # pylint: disable=g-import-not-at-top
   n = len(table.columns)
   cols = min(4, n)
   nrows = (n + cols - 1) // cols
@@ -198,9 +229,9 @@ def write(table: Table, output_dir: str, todo, skipped, results, choices, random
   for rec in records:
     writer.writerow({**rec, "ours": "" if rec["ours"] is None else f"{100 * rec['ours']:.2f}",
                      "paper": "" if rec["paper"] is None else rec["paper"]})
-  experiment.write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())
+  rundir.write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())
   md = _markdown(table, records, choices, random_acc, timing)
-  experiment.write_atomic(os.path.join(output_dir, "table.md"), md)
+  rundir.write_atomic(os.path.join(output_dir, "table.md"), md)
   png = plot(table, output_dir, todo, results, random_acc)
   return {"records": records, "table_md": os.path.join(output_dir, "table.md"),
           "table_csv": os.path.join(output_dir, "table.csv"), "curves_png": png}

@@ -65,23 +65,25 @@ class AggregatorConfig:
         raise ValueError(f"{field} is not used by aggregator {self.name!r}; it is read by "
                          f"{list(readers)}")
 
-  def build(self, model) -> StrategyFactory:
-    """The factory for a `FunctionalModel` (whose layers L-DAWA's angles follow)."""
-    return AGGREGATORS[self.name](self, model)
+  def build(self, model, mask=None) -> StrategyFactory:
+    """The factory for a `FunctionalModel` (whose layers L-DAWA's angles follow), over the tensors a
+    process exchanges (`mask`, a `federated.common.TensorMask`; default all)."""
+    return AGGREGATORS[self.name](self, ModelLayout.from_model(model, self.granularity, mask))
 
 
-def _ldawa(weighting: str) -> Callable[[AggregatorConfig, object], StrategyFactory]:
-  return lambda c, model: LDAWAFactory(
-      ModelLayout.from_model(model, c.granularity), weighting=weighting,
+def _ldawa(weighting: str) -> Callable[[AggregatorConfig, ModelLayout], StrategyFactory]:
+  return lambda c, layout: LDAWAFactory(
+      layout, weighting=weighting,
       scale_normalization=c.scale_normalization, fedavg_warmup_rounds=c.fedavg_warmup_rounds)
 
 
-AGGREGATORS: dict[str, Callable[[AggregatorConfig, object], StrategyFactory]] = {
-    "fedavg": lambda c, model: FedAvgFactory(measure_divergence=c.measure_divergence),
-    "uniform": lambda c, model: UniformFactory(measure_divergence=c.measure_divergence),
-    "loss": lambda c, model: LossFactory(measure_divergence=c.measure_divergence),
-    "mdawa": lambda c, model: MDAWAFactory(len(model.weight_specs),
-                                           fedavg_warmup_rounds=c.fedavg_warmup_rounds),
+# name -> (config, layout of the exchanged tensors) -> factory.
+AGGREGATORS: dict[str, Callable[[AggregatorConfig, ModelLayout], StrategyFactory]] = {
+    "fedavg": lambda c, layout: FedAvgFactory(measure_divergence=c.measure_divergence),
+    "uniform": lambda c, layout: UniformFactory(measure_divergence=c.measure_divergence),
+    "loss": lambda c, layout: LossFactory(measure_divergence=c.measure_divergence),
+    "mdawa": lambda c, layout: MDAWAFactory(len(layout.groups),
+                                            fedavg_warmup_rounds=c.fedavg_warmup_rounds),
     "ldawa": _ldawa("uniform"),
     "ldawa_fedavg": _ldawa("examples"),
     "ldawa_loss": _ldawa("loss"),

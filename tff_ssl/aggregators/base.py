@@ -348,12 +348,17 @@ class ModelLayout:
                        f"{len(self.groups)} and {len(self.normalization)}")
 
   @classmethod
-  def from_model(cls, model, granularity: str = "layer") -> "ModelLayout":
-    """The layout of a `FunctionalModel`: per Keras layer ("layer") or per tensor ("tensor")."""
+  def from_model(cls, model, granularity: str = "layer", mask=None) -> "ModelLayout":
+    """The layout of a `FunctionalModel`: per Keras layer ("layer") or per tensor ("tensor"), of the
+    tensors a `TensorMask` selects (default all: the tensors a process exchanges)."""
     if granularity not in GRANULARITIES:
       raise ValueError(f"unknown granularity {granularity!r}; choose one of {list(GRANULARITIES)}")
-    groups = model.layer_names if granularity == "layer" else model.names
-    return cls(tuple(groups), tuple(model.normalization))
+    groups = list(model.layer_names if granularity == "layer" else model.names)
+    normalization = list(model.normalization)
+    if mask is not None:
+      mask.check(len(groups))
+      groups, normalization = mask.select(groups), mask.select(normalization)
+    return cls(tuple(groups), tuple(normalization))
 
   @classmethod
   def per_tensor(cls, num_tensors: int) -> "ModelLayout":

@@ -44,6 +44,19 @@ def _owning_layers(model: tf.keras.Model) -> dict[int, tuple[str, bool]]:
   return owners
 
 
+def _weight_path(layer_path: str, variable_name: str) -> str:
+  """The full path of a weight: its owning layer's path in the model + the weight's path inside that
+  layer ("encoder/mha/query/kernel": an attention layer's query kernel, not its other kernels).
+
+  Keras names a variable `<layer name>/<path inside the layer>:0`, sometimes under outer name scopes;
+  the path inside the layer is what follows the layer's own name (the last part if it is not there).
+  """
+  parts = variable_name.split(":")[0].split("/")
+  leaf = layer_path.split("/")[-1]
+  inside = parts[parts.index(leaf) + 1:] if leaf in parts[:-1] else parts[-1:]
+  return "/".join([layer_path] + inside)
+
+
 class FunctionalModel:
   """`model(weights, x, training)` for a Keras model built by `build_fn`."""
 
@@ -78,13 +91,14 @@ class FunctionalModel:
     self.weight_specs = [tf.TensorSpec(v.shape, v.dtype) for v in created]
     owners = _owning_layers(model)
     # Per weight tensor: its Keras layer's path ("encoder/stage1_block1_conv1"), whether that layer
-    # normalizes (GroupNorm), and the tensor's own path (".../kernel"): what layer-wise
-    # aggregation strategies group by.
+    # normalizes (GroupNorm), and the tensor's full path ("encoder/stage1_block1_conv1/kernel",
+    # "encoder/block1_attention/query/kernel"): what masks, LARS and layer-wise strategies select by.
     self.layer_names = [owners[id(v)][0] for v in created]
     self.normalization = [owners[id(v)][1] for v in created]
-    self.names = [f"{owners[id(v)][0]}/{v.name.split('/')[-1].split(':')[0]}" for v in created]
+    self.names = [_weight_path(owners[id(v)][0], v.name) for v in created]
     if len(set(self.names)) != len(self.names):
-      raise ValueError(f"{model.name} has weight tensors of the same layer path and name; give its "
+      dup = sorted({n for n in self.names if self.names.count(n) > 1})
+      raise ValueError(f"{model.name} has several weight tensors at the path {dup[0]!r}; give its "
                        f"layers unique names")
     outputs = model.output_shape if isinstance(model.output_shape, list) else [model.output_shape]
     self.output_dims = [int(shape[-1]) for shape in outputs]

@@ -31,7 +31,7 @@ from tff_ssl.federated.functional import FunctionalModel
 ENCODER_NAME = "encoder"  # The Keras name of the SSL model's encoder (`keras_encoder` finds it).
 
 
-def _ssl_keras_builder(config, image_shape):
+def ssl_model_builder(config, image_shape):
   """The federated model: encoder + projector (outputs z), + predictor when the SSL method has one
   (outputs [z, p])."""
   predictor = ssl_lib.get(config.ssl).predictor
@@ -80,7 +80,7 @@ def _setup(config, train: data_lib.ImageSet, clients_rows):
   of a run; initialization and client sampling from `config.seed`."""
   clients = PartitionedClientData(train, clients_rows)
   tf.keras.utils.set_random_seed(config.seed)
-  builder = _ssl_keras_builder(config, train.image_shape)
+  builder = ssl_model_builder(config, train.image_shape)
   model = FunctionalModel(builder)
   process = build_process(config, model, train.image_shape)
   sample = tff.simulation.build_uniform_sampling_fn(
@@ -204,7 +204,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
 def load_encoder(config, image_shape, manager) -> tf.keras.Model:
   """The Keras encoder held by the latest checkpoint of a federated run."""
   tf.keras.utils.set_random_seed(config.seed)
-  model = FunctionalModel(_ssl_keras_builder(config, image_shape))
+  model = FunctionalModel(ssl_model_builder(config, image_shape))
   process = build_process(config, model, image_shape)
   loaded, _ = asyncio.run(manager.load_latest(process.initialize().to_program_state()))
   if loaded is None:

@@ -5,8 +5,12 @@
     v <- momentum * v + lr * trust * g
     w <- w - v                    (Nesterov: w <- w - (momentum * v + lr * trust * g))
 
-Biases and normalization parameters are excluded from weight decay and adaptation by default, as in
-SimCLR's and BYOL's LARS.
+Which tensors are adapted is one rule, `adapts(name, shape)`, used by both the Keras optimizer here
+(variable names) and the server optimizer `tff_ssl.federated.lars.LARSOptimizer` (the full weight paths
+of `FunctionalModel.names`): tensors of rank <= 1 (biases, normalization scales and offsets) and tensors
+whose name matches an excluded pattern take plain momentum steps without weight decay, as in SimCLR's,
+BYOL's and MoCo v3's LARS. A ViT's position embedding and class token (rank 3) are adapted, as in MoCo
+v3 (which excludes only 1-D parameters).
 """
 
 from __future__ import annotations
@@ -17,6 +21,12 @@ from typing import Sequence
 import tensorflow as tf
 
 DEFAULT_EXCLUDE = (r"bias", r"gamma", r"beta", r"group_norm", r"_gn")
+
+
+def adapts(name: str, shape, exclude: Sequence[str] = DEFAULT_EXCLUDE) -> bool:
+  """Whether LARS adapts (and weight-decays) the tensor `name` of `shape`: the one rule of both LARS
+  optimizers. `name` may be a Keras variable name or a full weight path; patterns are `re.search`ed."""
+  return len(shape) >= 2 and not any(re.search(p, name) for p in exclude)
 
 
 def lars_update(w, g, velocity, lr, *, momentum: float, weight_decay: float, eta: float,
@@ -62,7 +72,7 @@ class LARS(tf.keras.optimizers.Optimizer):
     self._built = True
 
   def _adapted(self, variable) -> bool:
-    return not any(re.search(p, variable.name) for p in self.exclude_from_adaptation)
+    return adapts(variable.name, variable.shape, self.exclude_from_adaptation)
 
   def update_step(self, gradient, variable):
     lr = tf.cast(self.learning_rate, variable.dtype)

@@ -1,0 +1,116 @@
+"""`FunctionalModel` keys weights by full variable path (an attention layer's kernels are distinct), and
+the Keras LARS and the server LARS adapt the same tensors and take the same step."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_ssl import models
+from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.federated.lars import LARSOptimizer
+from tff_ssl.optim.lars import LARS
+
+TOKENS, DIM = 4, 8
+
+
+class PositionEmbedding(tf.keras.layers.Layer):
+  """A learned (1, tokens, dim) position embedding, as in a ViT."""
+
+  def build(self, input_shape):
+    self.embedding = self.add_weight(name="position_embedding", shape=(1,) + tuple(input_shape[1:]),
+                                     initializer="random_normal")
+    # A rank-1 tensor no exclusion pattern names: a rule by rank and a rule by name disagree on it.
+    self.token = self.add_weight(name="class_token", shape=(input_shape[-1],),
+                                 initializer="random_normal")
+
+  def call(self, x):
+    return x + self.embedding + self.token
+
+
+def build_attention_model():
+  """A one-block ViT-like encoder (patch projection, position embedding, attention, LayerNorm) + head."""
+  tokens = tf.keras.Input((TOKENS, 3))
+  h = tf.keras.layers.Dense(DIM, name="patch_projection")(tokens)
+  h = PositionEmbedding(name="pos")(h)
+  h = h + tf.keras.layers.MultiHeadAttention(2, 4, name="attention")(h, h)
+  h = tf.keras.layers.LayerNormalization(name="norm")(h)
+  encoder = tf.keras.Model(tokens, tf.keras.layers.GlobalAveragePooling1D()(h), name="encoder")
+  x = tf.keras.Input((TOKENS, 3))
+  return tf.keras.Model(x, tf.keras.layers.Dense(5, name="head")(encoder(x)))
+
+
+@pytest.fixture(scope="module")
+def attention_model():
+  tf.keras.utils.set_random_seed(0)
+  return FunctionalModel(build_attention_model)
+
+
+def test_model_with_multi_head_attention_round_trips(attention_model):
+  names = attention_model.names
+  assert len(set(names)) == len(names) == 16
+  for part in ("query", "key", "value", "attention_output"):
+    assert f"encoder/attention/{part}/kernel" in names and f"encoder/attention/{part}/bias" in names
+  assert "encoder/pos/position_embedding" in names and "head/kernel" in names
+  x = tf.random.stateless_normal((3, TOKENS, 3), seed=[1, 2])
+  # Called with its initial weights, the function is the Keras model it was recorded from.
+  keras = attention_model.keras_model(attention_model.initial_weights)
+  expected = keras(x).numpy()
+  got = attention_model([tf.constant(w) for w in attention_model.initial_weights], x).numpy()
+  np.testing.assert_array_equal(got, expected)
+  # Other weights go where their names say: scaling only the value kernel changes the output.
+  weights = [w.copy() for w in attention_model.initial_weights]
+  weights[names.index("encoder/attention/value/kernel")] *= 2
+  assert not np.allclose(attention_model([tf.constant(w) for w in weights], x).numpy(), expected)
+  np.testing.assert_array_equal(attention_model.keras_model(weights)(x).numpy(),
+                                attention_model([tf.constant(w) for w in weights], x).numpy())
+
+
+def test_resnet_names_are_layer_path_and_weight_name():
+  tf.keras.utils.set_random_seed(0)
+  enc_shape = (8, 8, 1)
+
+  def build():
+    enc = models.build_encoder("resnet14", enc_shape, width=0.25, name="encoder")
+    x = tf.keras.Input(enc_shape)
+    return tf.keras.Model(x, models.build_mlp_head(enc.output_shape[-1], [8, 4])(enc(x)))
+
+  model = FunctionalModel(build)
+  assert model.names[0] == "encoder/stem_conv/kernel"
+  assert all(n == f"{layer}/{n.split('/')[-1]}" for n, layer in zip(model.names, model.layer_names))
+  assert len(set(model.names)) == len(model.names)
+
+
+def test_keras_and_server_lars_adapt_the_same_tensors_and_agree(attention_model):
+  fm = attention_model
+  rng = np.random.default_rng(0)
+  grads = [rng.normal(size=s.shape).astype(np.float32) for s in fm.weight_specs]
+  hparams = dict(momentum=0.9, eta=0.01)
+  # Keras LARS on the Keras model's variables (Keras names), two steps.
+  keras = fm.keras_model(fm.initial_weights)
+  index = {}
+  for v in keras.variables:
+    local = v.name.split(":")[0]
+    [i] = [i for i, n in enumerate(fm.names) if ("/" + n).endswith("/" + local)]
+    index[id(v)] = i
+  keras_opt = LARS(0.5, lars_weight_decay=1e-3, **hparams)
+  server_opt = LARSOptimizer(0.5, weight_decay=1e-3, names=fm.names, **hparams)
+  assert [keras_opt._adapted(v) for v in keras.variables] == [  # pylint: disable=protected-access
+      server_opt._adapted(fm.initial_weights)[index[id(v)]]  # pylint: disable=protected-access
+      for v in keras.variables]
+  adapted = dict(zip(fm.names, server_opt._adapted(fm.initial_weights)))  # pylint: disable=protected-access
+  assert adapted["encoder/pos/position_embedding"] and adapted["encoder/attention/query/kernel"]
+  assert not adapted["encoder/attention/query/bias"] and not adapted["encoder/norm/gamma"]
+  assert not adapted["encoder/pos/class_token"]
+  state = server_opt.initialize(tuple(fm.weight_specs))
+  weights = tuple(tf.constant(w) for w in fm.initial_weights)
+  for _ in range(2):
+    keras_opt.apply_gradients([(tf.constant(grads[index[id(v)]]), v) for v in keras.variables])
+    state, weights = server_opt.next(state, weights, tuple(tf.constant(g) for g in grads))
+  for v in keras.variables:
+    np.testing.assert_allclose(v.numpy(), weights[index[id(v)]].numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_server_lars_rejects_names_of_other_tensors():
+  opt = LARSOptimizer(1.0, names=["a/kernel"])
+  with pytest.raises(ValueError, match="given 1 tensor names for 2 tensors"):
+    opt.initialize((tf.TensorSpec([2, 2]), tf.TensorSpec([2])))
