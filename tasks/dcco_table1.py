@@ -109,9 +109,10 @@ def checks(table: Table, records) -> list[str]:
   rec = {(r["row"], r["column"]): r for r in records if r["evaluation"] == e}
   rows = {r.key: r for r in table.rows}
   lines = []
-  dcco = [k for k, r in rows.items() if r.config.method == "dcco"]
-  fedavg = [k for k, r in rows.items() if r.config.method == "fedavg"]
-  central = [k for k, r in rows.items() if r.config.method == "centralized"]
+  # The paper's claims name this table's rows (by key; a --rows selection may leave some out).
+  dcco = [k for k in ("dcco",) if k in rows]
+  fedavg = [k for k in ("fedavg_cco", "fedavg_simclr") if k in rows]
+  central = [k for k in ("centralized_cco",) if k in rows]
   for c in table.columns:
     if c.group != "non-IID" or not dcco or (dcco[0], c.key) not in rec:
       continue
