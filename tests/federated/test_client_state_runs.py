@@ -88,10 +88,11 @@ def test_two_thousand_clients_states_stay_on_disk(tmp_path):
   rss = [float(r["rss_mb"]) for r in rows]
   disk = [float(r["client_states_mb"]) for r in rows]
   clients = len(client_state.DiskClientStateStore(str(out / "client_states")).clients())
-  print(f"{clients} clients with a state; client states on disk {disk[-1]:.0f} MB; Python RSS per "
-        f"round (MB): {[round(x) for x in rss]}")
-  assert clients > 1500
+  report = (f"{clients} clients with a state; client states on disk {disk[-1]:.0f} MB; Python RSS "
+            f"per round (MB): {[round(x) for x in rss]}")
+  print(report)  # Shown with `pytest -s`, and in any failure below.
+  assert clients > 1500, report
   # Holding the states in memory would add disk[-1] - disk[2] MB after round 2; the process grows
   # by a small fraction of that.
-  assert disk[-1] - disk[2] > 50
-  assert max(rss[3:]) - rss[2] < 0.2 * (disk[-1] - disk[2])
+  assert disk[-1] - disk[2] > 50, report
+  assert max(rss[3:]) - rss[2] < 0.2 * (disk[-1] - disk[2]), report

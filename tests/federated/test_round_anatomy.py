@@ -1,6 +1,7 @@
 """The shared round anatomy: client state (in both simulation modes, on disk), method-owned server
 state, and training part of a model (a tensor mask)."""
 
+import asyncio
 import collections
 import functools
 
@@ -176,9 +177,18 @@ def test_mask_trains_only_the_last_block(tmp_path):
     assert [tuple(t.shape) for t in agg_value] == want
 
 
-def test_method_state_is_part_of_the_program_state():
+def test_method_state_is_checkpointed_and_restored_with_the_rest(tmp_path):
+  """Through the runner's checkpoint path: a tff.program state manager saves and loads it."""
   state = common.ServerState(weights=[np.ones(2, np.float32)], optimizer_state=(),
                              aggregator_state=(), round_num=3,
-                             method_state={"bank": np.arange(4.0)})
-  back = common.ServerState.from_program_state(state.to_program_state())
-  assert back.round_num == 3 and np.array_equal(back.method_state["bank"], np.arange(4.0))
+                             method_state={"bank": np.arange(6.0).reshape(2, 3),
+                                           "stage": np.int64(2)})
+  manager = tff.program.FileProgramStateManager(str(tmp_path))
+  asyncio.run(manager.save(state.to_program_state(), version=3))
+  template = common.ServerState(weights=[np.zeros(2, np.float32)], optimizer_state=(),
+                                aggregator_state=(), round_num=0,
+                                method_state={"bank": np.zeros((2, 3)), "stage": np.int64(0)})
+  loaded, version = asyncio.run(manager.load_latest(template.to_program_state()))
+  back = common.ServerState.from_program_state(loaded)
+  assert version == 3 and back.round_num == 3 and int(back.method_state["stage"]) == 2
+  np.testing.assert_array_equal(back.method_state["bank"], np.arange(6.0).reshape(2, 3))
