@@ -103,11 +103,25 @@ def test_user_script_importing_tff_ssl_leaves_no_worker(tmp_path):
   assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
 
 
-def test_stop_workers_in_this_process_is_idempotent():
+def test_stop_workers_in_this_process_is_idempotent_and_tff_starts_a_new_worker():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def mean(x):
+    return tff.federated_mean(x)
+
   runtime.install()
   runtime.install()
-  runtime.stop_workers()
+  assert float(mean([1.0, 2.0, 6.0])) == 3.0
+  first = [w.pid for w in runtime.worker_processes()]
+  assert first
+  assert runtime.stop_workers() == len(first)
   assert runtime.worker_processes() == []
+  assert runtime.stop_workers() == 0
+  # Later computations in this process (other tests of this pytest worker) still run.
+  assert float(mean([1.0, 3.0])) == 2.0
+  assert [w.pid for w in runtime.worker_processes()] != first
 
 
 def test_slot_concurrency_limit_rejects_negative_values():

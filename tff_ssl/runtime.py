@@ -81,9 +81,22 @@ def resident_memory_mb() -> tuple[float, float]:
   return own, workers
 
 
+def _service_managers() -> list:
+  """TFF's local `ServiceManager`s alive in this process (the objects that own the workers)."""
+  import gc  # pylint: disable=g-import-not-at-top
+  return [obj for obj in gc.get_objects()
+          if type(obj).__name__ == "ServiceManager"
+          and type(obj).__module__.endswith("executor_factory")]
+
+
 def stop_workers(timeout: float = 5.0) -> int:
-  """Stops every TFF worker this process started; returns how many were running."""
+  """Stops every TFF worker this process started; returns how many were running.
+
+  TFF's service managers forget the stopped workers, so the next computation starts a fresh one (a
+  manager that still held one would `os.kill` its reaped pid and fail)."""
   workers = worker_processes()
+  for manager in _service_managers():
+    manager._stub, manager._process = None, None  # pylint: disable=protected-access
   for w in workers:
     try:
       w.terminate()
@@ -114,14 +127,11 @@ def limit_concurrent_slots(limit: int) -> None:
 
 
 def _at_exit() -> None:
+  # TFF's ServiceManager.__del__ would try to stop the worker while the interpreter tears modules
+  # down, and print a traceback to stderr; its workers are ours to stop.
+  for manager in _service_managers():
+    type(manager).__del__ = lambda self: None
   stop_workers()
-  # TFF's ServiceManager.__del__ would now try to stop the (already stopped) worker while the
-  # interpreter tears modules down, and print a traceback to stderr; its workers are ours to stop.
-  import gc  # pylint: disable=g-import-not-at-top
-  for obj in gc.get_objects():
-    cls = type(obj)
-    if cls.__name__ == "ServiceManager" and cls.__module__.endswith("executor_factory"):
-      cls.__del__ = lambda self: None
 
 
 def _exit_on_signal(signum, frame):  # pylint: disable=unused-argument
