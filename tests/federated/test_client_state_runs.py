@@ -90,9 +90,14 @@ def test_two_thousand_clients_states_stay_on_disk(tmp_path):
   clients = len(client_state.DiskClientStateStore(str(out / "client_states")).clients())
   report = (f"{clients} clients with a state; client states on disk {disk[-1]:.0f} MB; Python RSS "
             f"per round (MB): {[round(x) for x in rss]}")
-  print(report)  # Shown with `pytest -s`, and in any failure below.
   assert clients > 1500, report
-  # Holding the states in memory would add disk[-1] - disk[2] MB after round 2; the process grows
-  # by a small fraction of that.
-  assert disk[-1] - disk[2] > 50, report
-  assert max(rss[3:]) - rss[2] < 0.2 * (disk[-1] - disk[2]), report
+  # Held in memory, the states would grow the process as the store grows on disk (tens of MB a
+  # round). RSS moves by +-100 MB from round to round (TensorFlow's allocator), so compare the
+  # least-squares growth per round from round 2 on, not two single readings.
+  rounds = np.arange(2, len(rows))
+  disk_slope = np.polyfit(rounds, disk[2:], 1)[0]
+  rss_slope = np.polyfit(rounds, rss[2:], 1)[0]
+  report += f"; per round from round 2: disk {disk_slope:+.1f} MB, RSS {rss_slope:+.1f} MB"
+  print(report)  # Shown with `pytest -s`, and in any failure below.
+  assert disk_slope > 10, report
+  assert rss_slope < 0.25 * disk_slope, report
