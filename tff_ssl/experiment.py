@@ -94,11 +94,20 @@ class ExperimentConfig:
   scale_normalization: bool = False  # L-DAWA family: scale GroupNorm tensors too (authors' code).
   fedavg_warmup_rounds: int = 0  # DAWA family: plain FedAvg first (authors' code).
   measure_divergence: bool = False  # Non-DAWA strategies: report the mean client-global cosine.
+  # Stateful clients (tff_ssl/federated/fedssl.py): FedU's threshold, FedEMA's scaler (> 0: constant
+  # lambda; 0: the autoscaler with tau), and the divergence ("paper" or the authors' "code").
+  fedu_threshold: float = 0.4
+  fedema_lambda: float = 0.0
+  fedema_tau: float = 0.7
+  divergence_measure: str = "paper"
   server_optimizer: str = "adam"
   server_learning_rate: float = 2e-3
   # "cosine": decayed to 0 over the rounds (DCCO); "constant" (FedAvg's server step of 1).
   server_lr_schedule: str = "cosine"
   eval_every: int = 0  # Rounds between linear probes (0: only at the end).
+  # Federated runs: rounds between kNN monitors (k = 200, t = 0.1 on every train label; also at the
+  # end, pretrained and random init); 0: none.
+  knn_every: int = 0
   checkpoint_every: int = 10  # Rounds between checkpoints (a SavedModel write costs seconds).
   # "grouped": real clients packed into TFF client slots (exact, near-centralized cost);
   # "reference": one real client per TFF slot (tff_ssl/federated/grouping.py).
@@ -130,6 +139,8 @@ class ExperimentConfig:
       raise ValueError(f"stem_stride must be 1 or 2; got {self.stem_stride}")
     if self.eval_every < 0:
       raise ValueError(f"eval_every must be >= 0; got {self.eval_every}")
+    if self.knn_every < 0:
+      raise ValueError(f"knn_every must be >= 0 (0: no kNN monitor); got {self.knn_every}")
     if not self.alpha >= 0:
       raise ValueError(f"alpha must be >= 0 (0: one class per client; 1000: IID); got {self.alpha}")
     if self.clients_per_round > self.num_clients:
@@ -196,6 +207,9 @@ class ExperimentConfig:
 
   def pretrain_config(self) -> PretrainConfig:
     return centralized.pretrain_config(self)
+
+  def knn_config(self) -> evaluation.KNNConfig:
+    return evaluation.KNNConfig(seed=self.seed)
 
   def probe_config(self) -> evaluation.LinearProbeConfig:
     return evaluation.LinearProbeConfig(label_fraction=self.eval_label_fraction,

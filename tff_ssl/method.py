@@ -19,7 +19,8 @@ KINDS = ("federated", "centralized", "supervised")
 FEDERATED_FIELDS = ("rounds", "num_clients", "partition", "samples_per_client", "split_samples",
                     "alpha", "clients_per_round", "local_steps", "client_optimizer",
                     "client_learning_rate", "server_optimizer", "server_learning_rate",
-                    "server_lr_schedule", "checkpoint_every", "simulation", "group_size")
+                    "server_lr_schedule", "checkpoint_every", "simulation", "group_size",
+                    "knn_every")
 # Fields of centralized pretraining and of the supervised baseline.
 CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
 

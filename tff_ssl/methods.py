@@ -2,6 +2,9 @@
 
   dcco         DCCO's two-phase federated round                      (tff_ssl/federated/dcco.py)
   fedavg       FedAvg with a within-client SSL loss, any aggregator  (tff_ssl/federated/fedavg.py)
+  fedbyol      FedBYOL: stateful BYOL clients (own target network)   (tff_ssl/federated/fedbyol.py)
+  fedu         FedU: FedBYOL + divergence-aware predictor update      (tff_ssl/federated/fedu.py)
+  fedema       FedEMA: divergence-aware EMA of global and own online  (tff_ssl/federated/fedema.py)
   centralized  pretraining on the pooled data (the upper bound)      (tff_ssl/training/)
   supervised   training from scratch on the labeled fraction         (tff_ssl/evaluation/)
 
@@ -11,7 +14,7 @@ Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).feder
 
 from __future__ import annotations
 
-from tff_ssl.federated import dcco, fedavg
+from tff_ssl.federated import dcco, fedavg, fedbyol, fedema, fedu
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.training import centralized
 
@@ -22,6 +25,9 @@ SUPERVISED = Method(
 METHODS: dict[str, Method] = {m.name: m for m in (
     dcco.METHOD,
     fedavg.METHOD,
+    fedbyol.METHOD,
+    fedu.METHOD,
+    fedema.METHOD,
     centralized.METHOD,
     SUPERVISED,
 )}

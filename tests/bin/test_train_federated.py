@@ -49,6 +49,29 @@ def test_any_ssl_method_with_any_aggregator(tmp_path):
   assert all(float(x) > 0 for row in resources[1:] for x in row[1:])
 
 
+@pytest.mark.parametrize("method", ["fedbyol", "fedu"])
+def test_stateful_methods_train_from_bin_train(tmp_path, method):
+  """FedBYOL and FedU (FedEMA: tests/federated/test_client_state_runs.py, with SIGKILL + resume) keep
+  every sampled client's networks in the run folder's client-state store; the kNN monitor runs every
+  2 rounds and at the end."""
+  out = tmp_path / method
+  proc = train(out, f"--method={method}", "--ssl=byol", "--samples_per_client=2",
+               "--num_clients=12", "--clients_per_round=4", "--rounds=3", "--projector=32,16",
+               "--client_learning_rate=0.05", "--knn_every=2",
+               *(["--fedu_threshold=0.5"] if method == "fedu" else []))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert f"pretrained ({method}, byol, 3 rounds)" in proc.stdout
+  assert len(losses_of(out)) == 3 and all(x > 0 for x in losses_of(out))
+  rows = [r.split(",") for r in (out / "metrics.csv").read_text().splitlines()]
+  knn = rows[0].index("knn_accuracy")
+  assert [r[knn] != "" for r in rows[1:]] == [False, True, False]  # After round 2 of 3.
+  results = json.loads((out / "results.json").read_text())
+  assert 0 < results["knn_accuracy_pretrained"] <= 1 and 0 < results["knn_accuracy_random_init"] <= 1
+  header = (out / "resources.csv").read_text().splitlines()[0].split(",")
+  assert "client_states_mb" in header
+  assert os.listdir(out / "client_states")
+
+
 def losses_of(run) -> list[float]:
   return [float(r.split(",")[1]) for r in (run / "metrics.csv").read_text().splitlines()[1:]]
 
@@ -131,6 +154,10 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
      "--predictor is not used by method 'fedavg' with --ssl=simclr"),
     (["--method=fedavg", "--ssl=byol", "--samples_per_client=4", "--predictor=8,5"],
      "predictor sizes must be positive and end at the projector's output 32"),
+    (["--method=fedbyol", "--ssl=simclr"], "method 'fedbyol' trains with ssl in ['byol']"),
+    (["--method=fedema", "--ssl=byol", "--fedema_tau=1.5"], "fedema_tau must be in (0, 1]"),
+    (["--method=fedema", "--ssl=byol", "--fedu_threshold=0.3"],
+     "--fedu_threshold is not used by method 'fedema'"),
     (["--method=fedavg", "--ssl=simclr", "--partition=dirichlet_split", "--alpha=0.1",
       "--num_clients=1500"],
      "3000 samples, but the split has only 2000; lower num_clients"),

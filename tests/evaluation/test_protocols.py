@@ -20,6 +20,35 @@ def test_labeled_subset_is_stratified_and_seeded():
     evaluation.labeled_subset(labels, 0, seed=0)
 
 
+def test_knn_votes_by_hand():
+  # Test point along (1, 0). Train cosines: 1.0 (class 0), 0.8 (class 1), 0.6 (class 1), -1 (class 2).
+  train_x = np.array([[2.0, 0.0], [0.8, 0.6], [0.6, 0.8], [-1.0, 0.0]])
+  train_y = np.array([0, 1, 1, 2])
+  test_x = np.array([[3.0, 0.0]])
+  # k = 3, t = 0.1: class 0 gets e^10, class 1 gets e^8 + e^6 < e^10: class 0.
+  assert evaluation.knn_classify(train_x, train_y, test_x, 3, k=3, temperature=0.1).tolist() == [0]
+  # t = 10: e^0.1 = 1.105 against e^0.08 + e^0.06 = 2.145: class 1.
+  assert evaluation.knn_classify(train_x, train_y, test_x, 3, k=3, temperature=10.0).tolist() == [1]
+  # k = 1: the nearest alone; k above the bank's size is capped.
+  assert evaluation.knn_classify(train_x, train_y, test_x, 3, k=1).tolist() == [0]
+  assert evaluation.knn_classify(train_x, train_y, -test_x, 3, k=1).tolist() == [2]
+  assert evaluation.knn_classify(train_x, train_y, test_x, 3, k=50, temperature=10.0).tolist() == [1]
+
+
+def test_knn_matches_a_loop_over_test_points():
+  rng = np.random.default_rng(3)
+  train_x, test_x = rng.normal(size=(300, 6)), rng.normal(size=(50, 6))
+  train_y = rng.integers(0, 5, 300)
+  unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)
+  want = []
+  for x in unit(test_x):
+    sim = unit(train_x) @ x
+    top = np.argsort(-sim)[:20]
+    want.append(np.argmax(np.bincount(train_y[top], np.exp(sim[top] / 0.1), minlength=5)))
+  got = evaluation.knn_classify(train_x, train_y, test_x, 5, k=20, temperature=0.1, batch_size=16)
+  assert got.tolist() == want
+
+
 def test_linear_classifier_separates_separable_features():
   rng = np.random.default_rng(0)
   centers = rng.normal(size=(4, 8)) * 4

@@ -1,4 +1,5 @@
-"""Evaluation protocols for pretrained encoders: linear probe, full fine-tuning, supervised baseline.
+"""Evaluation protocols for pretrained encoders: linear probe, kNN monitor, full fine-tuning,
+supervised baseline.
 
 All three train on a stratified, seeded fraction of the labeled train split (10%, 1%, 100%) and report
 top-1 accuracy on the test split. DCCO's settings (Appendix B, 5K labels on CIFAR-100):
@@ -6,6 +7,8 @@ top-1 accuracy on the test split. DCCO's settings (Appendix B, 5K labels on CIFA
                  from the frozen encoder.
   fine-tuning    Adam, lr 5e-3, cosine decay, batch 256, 100 steps; flip augmentation only.
   supervised     from scratch, Adam, lr 0.01, cosine decay, batch 256, 100 epochs; flips only.
+The kNN monitor (FedEMA's public code, after Wu et al. 2018's weighted kNN): every test feature votes
+with its k = 200 most cosine-similar labeled train features, each weighted exp(similarity / 0.1).
 """
 
 from __future__ import annotations
@@ -100,6 +103,51 @@ def linear_probe(encoder: tf.keras.Model, train: ImageSet, test: ImageSet,
   mean, std = train_x.mean(0), train_x.std(0) + 1e-6
   return train_linear_classifier((train_x - mean) / std, train.labels[idx], (test_x - mean) / std,
                                  test.labels, train.num_classes, config)
+
+
+@dataclasses.dataclass(frozen=True)
+class KNNConfig:
+  label_fraction: float = 1.0  # The public code's monitor uses every labeled train image.
+  k: int = 200
+  temperature: float = 0.1
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.k < 1:
+      raise ValueError(f"kNN k must be >= 1; got {self.k}")
+    if not self.temperature > 0:
+      raise ValueError(f"kNN temperature must be > 0; got {self.temperature}")
+
+
+def knn_classify(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, num_classes: int,
+                 k: int = 200, temperature: float = 0.1, batch_size: int = 1000) -> np.ndarray:
+  """Weighted kNN predictions: for each row of `test_x`, the class with the largest sum of
+  exp(cos / temperature) over its k most cosine-similar rows of `train_x` (k capped at their
+  number). Ties in similarity go to the earlier train row."""
+  k = min(k, train_x.shape[0])
+  bank = tf.math.l2_normalize(tf.constant(train_x, tf.float32), axis=1)
+  labels = tf.constant(train_y, tf.int32)
+
+  @tf.function
+  def predict(x):
+    sim = tf.matmul(tf.math.l2_normalize(x, axis=1), bank, transpose_b=True)
+    top, idx = tf.math.top_k(sim, k=k)
+    votes = tf.one_hot(tf.gather(labels, idx), num_classes) * tf.exp(top / temperature)[..., None]
+    return tf.argmax(tf.reduce_sum(votes, axis=1), axis=1, output_type=tf.int32)
+
+  return np.concatenate([predict(tf.constant(test_x[i:i + batch_size], tf.float32)).numpy()
+                         for i in range(0, test_x.shape[0], batch_size)])
+
+
+def knn_monitor(encoder: tf.keras.Model, train: ImageSet, test: ImageSet,
+                config: KNNConfig = KNNConfig()) -> float:
+  """kNN-monitor top-1 test accuracy of the frozen `encoder` (labels: `config.label_fraction` of
+  train)."""
+  idx = labeled_subset(train.labels, config.label_fraction, config.seed)
+  predicted = knn_classify(extract_features(encoder, train.images[idx]), train.labels[idx],
+                           extract_features(encoder, test.images), train.num_classes, config.k,
+                           config.temperature)
+  return float(np.mean(predicted == test.labels))
 
 
 @dataclasses.dataclass(frozen=True)

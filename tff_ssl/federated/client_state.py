@@ -50,15 +50,23 @@ class ClientState(abc.ABC):
                                  self.spec(model))
 
   def begin(self, state, weights: list) -> list:
-    """The trained weights the client's local training starts from, given the broadcast ones
-    (default: the broadcast weights)."""
+    """The weights (all the model's tensors) the client's local training starts from, given the
+    broadcast ones (default: the broadcast weights)."""
     del state
     return list(weights)
 
+  def target(self, state, start: list) -> list | None:
+    """The SSL method's EMA target network (all the model's tensors) at the start of local training,
+    for a client whose training starts from `start` (default None: the target starts at `start`,
+    as in FedAvg-style BYOL)."""
+    del state, start
+    return None
+
   @abc.abstractmethod
-  def end(self, state, weights: list, delta: list, num_examples, loss) -> Any:
-    """The client's new state after local training from `weights` that produced `delta`
-    (= start - trained) on `num_examples` images with mean loss `loss`."""
+  def end(self, state, weights: list, delta: list, num_examples, loss, target=None) -> Any:
+    """The client's new state after local training that uploads `delta` (= broadcast - trained, of
+    the trained tensors `weights` broadcast) on `num_examples` images with mean loss `loss`;
+    `target`: the EMA target network after local training (SSL methods with one), else None."""
 
 
 def stack(states: Sequence[Any]) -> Any:

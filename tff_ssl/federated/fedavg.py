@@ -96,10 +96,10 @@ def _ema(target, current, decay: float):
   return [decay * t + (1.0 - decay) * c for t, c in zip(target, current)]
 
 
-def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask):
+def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, target):
   """E full-batch steps on the client's images (new views at each step)."""
   method = cfg.method
-  target = [None]  # BYOL: None while the target equals the broadcast (= online) weights.
+  target = [target]  # BYOL: None while the target equals the start (= online) weights.
 
   def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
@@ -111,12 +111,13 @@ def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask)
       target[0] = _ema(list(weights) if target[0] is None else target[0], current,
                        cfg.target_decay)
 
-  return common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
-                               cfg.client_learning_rate, loss_of, after_step,
-                               cfg.client_weight_decay, mask)
+  delta, first, mean = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+                                             cfg.client_learning_rate, loss_of, after_step,
+                                             cfg.client_weight_decay, mask)
+  return delta, first, mean, target[0] if method.ema_target else None
 
 
-def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask):
+def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, target):
   """E epochs of steps on batches of `local_batch_size`, each epoch over a seeded shuffle.
 
   A `tf.while_loop` (the number of steps depends on N_k) built in a `tf.function`, so the TF1 graph
@@ -127,7 +128,7 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask):
   specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in mask.select(weights))
 
   @tf.function
-  def train(weights, images, ids, seed):
+  def train(weights, target, images, ids, seed):
     n = tf.shape(ids)[0]
     batch = tf.minimum(cfg.local_batch_size, n)
     per_epoch = tf.maximum(1, n // batch)
@@ -155,24 +156,34 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask):
       return step + 1, new, target, opt_state, first, loss_sum + loss
 
     current = mask.select(weights)
-    _, trained, _, _, first, loss_sum = tf.while_loop(
+    _, trained, target, _, first, loss_sum = tf.while_loop(
         lambda step, *_: step < total, body,
-        (tf.constant(0), current, list(weights), opt.initialize(specs), tf.constant(0.0),
+        (tf.constant(0), current, list(target), opt.initialize(specs), tf.constant(0.0),
          tf.constant(0.0)), parallel_iterations=1)
     return ([a - b for a, b in zip(current, trained)], first,
-            loss_sum / tf.cast(total, tf.float32))
+            loss_sum / tf.cast(total, tf.float32), target)
 
-  return train(list(weights), grouping.field(data, "images"), grouping.field(data, "ids"), seed)
+  delta, first, mean, target = train(
+      list(weights), list(weights) if target is None else list(target),
+      grouping.field(data, "images"), grouping.field(data, "ids"), seed)
+  return delta, first, mean, target if method.ema_target else None
 
 
 def local_training(model: FunctionalModel, cfg: FedAvgSSLConfig, weights, seed, data,
-                   mask: common.TensorMask | None = None):
-  """A client's local training on its own images, of the tensors of `mask` (default: all):
-  (Delta_k of the trained tensors, first-step loss, mean loss)."""
+                   mask: common.TensorMask | None = None, target=None):
+  """A client's local training on its own images, of the tensors of `mask` (default: all), from
+  `weights`.
+
+  `target`: the EMA target network's weights (all the model's tensors) at the start, for SSL methods
+  with one (BYOL); None: the start weights (FedAvg-style clients, which keep no target).
+
+  Returns (Delta_k of the trained tensors, first-step loss, mean loss, the target network after
+  the last step or None).
+  """
   mask = mask or common.TensorMask.all(len(weights))
   if cfg.local_batch_size:
-    return _minibatch_training(model, cfg, weights, seed, data, mask)
-  return _full_batch_training(model, cfg, weights, seed, data, mask)
+    return _minibatch_training(model, cfg, weights, seed, data, mask, target)
+  return _full_batch_training(model, cfg, weights, seed, data, mask, target)
 
 
 class FedAvgSSLProcess(common.ServerLoop):
@@ -278,15 +289,17 @@ class FedAvgSSLProcess(common.ServerLoop):
 
     def client_round(weights, seed, client, state):
       """One real client's round: (upload Delta_k, first-step loss, mean loss, N_k, new state)."""
-      start = weights if client_state is None else client_state.begin(state, list(weights))
-      delta, first_loss, mean_loss = local_training(model, cfg, start, seed, client, mask)
-      n = common.num_examples(client)
       if client_state is None:
-        return delta, first_loss, mean_loss, n, None
+        delta, first_loss, mean_loss, _ = local_training(model, cfg, weights, seed, client, mask)
+        return delta, first_loss, mean_loss, common.num_examples(client), None
+      start = client_state.begin(state, list(weights))
+      delta, first_loss, mean_loss, target = local_training(
+          model, cfg, start, seed, client, mask, client_state.target(state, start))
+      n = common.num_examples(client)
       # Delta_k relative to the broadcast model, whatever the client started from.
       upload = [g - s + d for g, s, d in zip(mask.select(weights), mask.select(start), delta)]
       return (upload, first_loss, mean_loss, n,
-              client_state.end(state, mask.select(weights), upload, n, mean_loss))
+              client_state.end(state, mask.select(weights), upload, n, mean_loss, target))
 
     def looped_group_update(weights, seed, data, round_num, states):
       def one_client(images, ids, *rest):

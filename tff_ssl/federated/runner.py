@@ -148,7 +148,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
            if process.client_state is not None else None)
   if store is not None:
     store.rollback(state.round_num)
-  probe = config.probe_config()
+  probe, knn = config.probe_config(), config.knn_config()
   start = time.perf_counter()
   bar = progress_lib.bar(config.rounds, desc="rounds", unit="round", initial=state.round_num,
                          enabled=progress)
@@ -165,6 +165,9 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
         released["linear_probe_accuracy"] = np.float32(evaluation.linear_probe(
             keras_encoder(model, state.weights), train, test, probe))
+      if config.knn_every and (r + 1) % config.knn_every == 0 and r + 1 < config.rounds:
+        released["knn_accuracy"] = np.float32(evaluation.knn_monitor(
+            keras_encoder(model, state.weights), train, test, knn))
       round_seconds = time.perf_counter() - round_start
       asyncio.run(csv_release.release(released, key=r))
       asyncio.run(tb_release.release(released, key=r))
@@ -197,6 +200,11 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   if random_init_baseline:
     results["linear_probe_accuracy_random_init"] = evaluation.linear_probe(
         keras_encoder(model, model.initial_weights), train, test, probe)
+  if config.knn_every:
+    results["knn_accuracy_pretrained"] = evaluation.knn_monitor(encoder, train, test, knn)
+    if random_init_baseline:
+      results["knn_accuracy_random_init"] = evaluation.knn_monitor(
+          keras_encoder(model, model.initial_weights), train, test, knn)
   results["seconds"] = round(time.perf_counter() - start, 1)
   return results, encoder
 
