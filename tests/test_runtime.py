@@ -127,3 +127,17 @@ def test_stop_workers_in_this_process_is_idempotent_and_tff_starts_a_new_worker(
 def test_slot_concurrency_limit_rejects_negative_values():
   with pytest.raises(ValueError, match="must be >= 0"):
     runtime.limit_concurrent_slots(-1)
+
+
+def test_tff_stopping_a_worker_that_ignores_sigint_does_not_hang():
+  """TFF stops its worker with SIGINT and an unbounded wait(); a worker that does not exit on SIGINT
+  (a gRPC server with an open call) hung a test process there. The worker's Popen bounds it."""
+  import signal as signal_lib  # pylint: disable=g-import-not-at-top
+  child = runtime._PopenWithParentDeath(  # pylint: disable=protected-access
+      [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+       "print('ready', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
+  assert child.stdout.readline().strip() == "ready"
+  start = time.time()
+  os.kill(child.pid, signal_lib.SIGINT)  # What TFF's ServiceManager does ...
+  assert child.wait() == -signal_lib.SIGKILL  # ... then wait(): killed after the grace period.
+  assert time.time() - start < runtime._STOP_GRACE_SECONDS + 5  # pylint: disable=protected-access

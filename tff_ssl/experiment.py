@@ -43,11 +43,14 @@ def method_specific_fields() -> tuple[str, ...]:
   return tuple(sorted({f for m in methods.METHODS.values() for f in m.fields} | {"ssl"} |
                       {f for m in ssl_lib.SSL_METHODS.values() for f in m.hparams}))
 
-# Partitions of the training split into clients: "dirichlet" (num_clients x samples_per_client,
-# each client's labels ~ Dir(alpha)) or "dirichlet_split" (every class split over the clients by
-# Dir(alpha) proportions: clients of unequal size, the L-DAWA paper's; split_samples > 0 splits a
-# random subset of that many images).
-PARTITIONS = {"dirichlet": ("samples_per_client",), "dirichlet_split": ("split_samples",)}
+# Partitions of the training split into clients, and the fields each reads: "dirichlet"
+# (num_clients x samples_per_client, each client's labels ~ Dir(alpha)), "dirichlet_split" (every
+# class split over the clients by Dir(alpha) proportions: clients of unequal size, the L-DAWA paper's;
+# split_samples > 0 splits a random subset of that many images) or "classes" (num_clients x
+# samples_per_client, each client holding classes_per_client classes in equal shares: FedEMA's).
+PARTITIONS = {"dirichlet": ("samples_per_client", "alpha"),
+              "dirichlet_split": ("split_samples", "alpha"),
+              "classes": ("samples_per_client", "classes_per_client")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +85,7 @@ class ExperimentConfig:
   samples_per_client: int = 1
   split_samples: int = 0  # dirichlet_split: split this many random images (0: the whole split).
   alpha: float = 0.0
+  classes_per_client: int = 2  # The "classes" partition.
   clients_per_round: int = 64
   local_steps: int = 1  # FedAvg-style: local epochs (full-batch steps when local_batch_size = 0).
   local_batch_size: int = 0  # FedAvg-style: 0 = each client's whole data as one batch.
@@ -164,6 +168,8 @@ class ExperimentConfig:
       raise ValueError(f"predictor sizes must be positive and end at the projector's output "
                        f"{self.projector[-1]}; got {list(self.predictor)}")
     _choice("partition", self.partition, PARTITIONS)
+    if self.classes_per_client < 1:
+      raise ValueError(f"classes_per_client must be >= 1; got {self.classes_per_client}")
     if self.split_samples < 0:
       raise ValueError(f"split_samples must be >= 0 (0: the whole split); got {self.split_samples}")
     if self.partition == "dirichlet_split" and not self.alpha > 0:
@@ -189,11 +195,13 @@ class ExperimentConfig:
       using = f"method {self.method!r}" + (f" with --ssl={self.ssl}" if method.ssl else "")
       raise ValueError(f"--{stray[0]} is not used by {using}; remove it (it is read by "
                        f"{readers or 'methods that train with an SSL loss'})")
-    for partition, fields in PARTITIONS.items():
-      stray = sorted(f for f in fields_set if f in fields and partition != self.partition)
-      if stray:
-        raise ValueError(f"--{stray[0]} is not used by partition {self.partition!r}; remove it (it "
-                         f"is read by partition {partition!r})")
+    own = PARTITIONS[self.partition]
+    stray = sorted(f for f in fields_set
+                   if f not in own and any(f in fields for fields in PARTITIONS.values()))
+    if stray:
+      readers = [p for p, fields in PARTITIONS.items() if stray[0] in fields]
+      raise ValueError(f"--{stray[0]} is not used by partition {self.partition!r}; remove it (it "
+                       f"is read by partition {' and '.join(repr(p) for p in readers)})")
 
   def build_encoder(self, image_shape, name: str | None = None) -> tf.keras.Model:
     """A freshly initialized encoder of this config for images of `image_shape` (H, W, C), as a

@@ -99,13 +99,8 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
 def _evaluations(table: Table, config) -> Callable:
   """The table's evaluations other than the cell's own primary linear probe."""
   def evaluate(encoder, train, test) -> dict[str, float]:
-    out = {}
-    for e in table.evaluations[1:]:
-      if e.linear:
-        out[e.key] = evaluation.linear_probe(encoder, train, test, e.protocol)
-      else:
-        out[e.key] = evaluation.fine_tune(encoder, train, test, e.protocol)
-    return out
+    return {e.key: evaluation.evaluate(encoder, train, test, e.protocol)
+            for e in table.evaluations[1:]}
   return evaluate
 
 

@@ -38,13 +38,31 @@ def _set_parent_death_signal() -> None:  # Runs in the child between fork and ex
     pass  # Not Linux: the atexit hook still covers every exit path but SIGKILL.
 
 
+_STOP_GRACE_SECONDS = 5.0
+
+
 class _PopenWithParentDeath(subprocess.Popen):
-  """subprocess.Popen whose child dies with its parent (used for TFF's worker only)."""
+  """subprocess.Popen whose child dies with its parent (used for TFF's worker only).
+
+  `wait()` without a timeout is bounded: TFF stops a worker with SIGINT and an unbounded `wait()`
+  (when its execution context is replaced, or its service looks down), and a worker whose gRPC
+  server still holds an open call does not exit on SIGINT: that `wait()` hung a test process. After
+  `_STOP_GRACE_SECONDS` the worker is killed.
+  """
 
   def __init__(self, args, **kwargs):
     if sys.platform.startswith("linux") and "preexec_fn" not in kwargs:
       kwargs["preexec_fn"] = _set_parent_death_signal
     super().__init__(args, **kwargs)
+
+  def wait(self, timeout=None):
+    if timeout is not None:
+      return super().wait(timeout)
+    try:
+      return super().wait(_STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+      self.kill()
+      return super().wait()
 
 
 class _SubprocessShim:
@@ -122,6 +140,7 @@ def limit_concurrent_slots(limit: int) -> None:
   if limit < 0:
     raise ValueError(f"the slot concurrency limit must be >= 0 (0: no limit); got {limit}")
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  stop_workers()  # The replaced context's workers, before TFF's own (SIGINT + wait) stop runs.
   tff.backends.native.set_sync_local_cpp_execution_context(
       max_concurrent_computation_calls=limit if limit > 0 else -1)
 

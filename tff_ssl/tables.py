@@ -97,7 +97,7 @@ class Row:
   def skip_reason(self, column: Column) -> str | None:
     """Why this row has no result in `column` (None: it runs)."""
     config = column.apply(self.config)
-    if (self.federated and config.partition == "dirichlet" and
+    if (self.federated and config.partition != "dirichlet_split" and
         config.samples_per_client < self.method.min_samples(config)):
       return WITHIN_CLIENT_NEEDS_TWO
     return None
@@ -107,15 +107,11 @@ class Row:
 class Evaluation:
   key: str
   name: str
-  protocol: Union[evaluation.LinearProbeConfig, evaluation.FineTuneConfig]
+  protocol: Union[evaluation.LinearProbeConfig, evaluation.KNNConfig, evaluation.FineTuneConfig]
 
   @property
   def label_fraction(self) -> float:
     return self.protocol.label_fraction
-
-  @property
-  def linear(self) -> bool:
-    return isinstance(self.protocol, evaluation.LinearProbeConfig)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,7 +58,8 @@ def test_stateful_methods_train_from_bin_train(tmp_path, method):
   proc = train(out, f"--method={method}", "--ssl=byol", "--samples_per_client=2",
                "--num_clients=12", "--clients_per_round=4", "--rounds=3", "--projector=32,16",
                "--client_learning_rate=0.05", "--knn_every=2",
-               *(["--fedu_threshold=0.5"] if method == "fedu" else []))
+               *(["--fedu_threshold=0.5", "--partition=classes", "--classes_per_client=2"]
+                 if method == "fedu" else []))
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert f"pretrained ({method}, byol, 3 rounds)" in proc.stdout
   assert len(losses_of(out)) == 3 and all(x > 0 for x in losses_of(out))
@@ -154,6 +155,9 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
      "--predictor is not used by method 'fedavg' with --ssl=simclr"),
     (["--method=fedavg", "--ssl=byol", "--samples_per_client=4", "--predictor=8,5"],
      "predictor sizes must be positive and end at the projector's output 32"),
+    (["--classes_per_client=3"], "--classes_per_client is not used by partition 'dirichlet'"),
+    (["--method=fedavg", "--ssl=simclr", "--partition=classes", "--alpha=0.5",
+      "--samples_per_client=4"], "--alpha is not used by partition 'classes'"),
     (["--method=fedbyol", "--ssl=simclr"], "method 'fedbyol' trains with ssl in ['byol']"),
     (["--method=fedema", "--ssl=byol", "--fedema_tau=1.5"], "fedema_tau must be in (0, 1]"),
     (["--method=fedema", "--ssl=byol", "--fedu_threshold=0.3"],

@@ -204,3 +204,20 @@ def supervised_from_scratch(build_encoder: Callable[[], tf.keras.Model], train: 
   """Trains a freshly initialized encoder plus a linear head on the labeled fraction."""
   tf.keras.utils.set_random_seed(config.seed)
   return _train_classifier(build_encoder(), train, test, config)
+
+
+# The protocol a config describes: what `evaluate` runs for it.
+PROTOCOLS: dict[type, Callable] = {
+    LinearProbeConfig: linear_probe,
+    KNNConfig: knn_monitor,
+    FineTuneConfig: fine_tune,
+}
+
+
+def evaluate(encoder: tf.keras.Model, train: ImageSet, test: ImageSet, protocol) -> float:
+  """Top-1 test accuracy of `encoder` under `protocol` (a `LinearProbeConfig`, `KNNConfig` or
+  `FineTuneConfig`)."""
+  if type(protocol) not in PROTOCOLS:
+    raise ValueError(f"no evaluation protocol for {type(protocol).__name__}; use one of "
+                     f"{[t.__name__ for t in PROTOCOLS]}")
+  return PROTOCOLS[type(protocol)](encoder, train, test, protocol)

@@ -60,6 +60,10 @@ def min_samples_per_client(config) -> int:
 
 def partition(config, train: data_lib.ImageSet):
   """The run's clients: a list (or array) of index rows into `train`."""
+  if config.partition == "classes":
+    return data_lib.classes_per_client_partition(
+        train.labels, num_clients=config.num_clients, samples_per_client=config.samples_per_client,
+        classes_per_client=config.classes_per_client, seed=config.seed)
   if config.partition == "dirichlet_split":
     return data_lib.dirichlet_label_split(
         train.labels, num_clients=config.num_clients, alpha=config.alpha, seed=config.seed,
@@ -112,7 +116,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
                   ) -> tuple[dict[str, Any], tf.keras.Model]:
   """Runs (or resumes) federated pretraining per `config`; returns the results and the encoder."""
   need = min_samples_per_client(config)
-  if config.partition == "dirichlet" and config.samples_per_client < need:
+  if config.partition != "dirichlet_split" and config.samples_per_client < need:
     raise ValueError(f"{config.method} with --ssl={config.ssl} needs >= {need} samples per client "
                      f"for its within-client loss; got samples_per_client="
                      f"{config.samples_per_client}. Use dcco")

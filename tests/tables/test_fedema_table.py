@@ -1,0 +1,93 @@
+"""FedEMA's Table 3 as data: the grid is the paper's setting (Sec. 5), the checks are its orderings, and
+the paper scale runs 2 rounds of every row on mock CIFAR-10."""
+
+import csv
+import dataclasses
+import json
+import os
+
+import pytest
+
+import tasks
+from tasks import fedema_table3
+from tff_ssl import reproduce
+from tests.tables.mock_data import mock_cifar
+
+
+@pytest.mark.parametrize("scale", ["mini", "paper"])
+def test_grid_is_the_papers(scale):
+  table = tasks.get_table("fedema_table3", scale)
+  assert [r.key for r in table.rows] == ["fedsimclr", "fedsimsiam", "fedbyol", "fedu",
+                                         "fedema_lambda", "fedema_tau"]
+  assert [type(e.protocol).__name__ for e in table.evaluations] == ["LinearProbeConfig",
+                                                                    "KNNConfig"]
+  knn = table.evaluations[1].protocol
+  assert (knn.k, knn.temperature, knn.label_fraction) == (200, 0.1, 1.0)
+  todo, skipped = reproduce.cells(table)
+  assert not skipped and len(todo) == 6 * len(table.columns)
+  methods = {"fedsimclr": ("fedavg", "simclr"), "fedsimsiam": ("fedavg", "simsiam"),
+             "fedbyol": ("fedbyol", "byol"), "fedu": ("fedu", "byol"),
+             "fedema_lambda": ("fedema", "byol"), "fedema_tau": ("fedema", "byol")}
+  for cell in todo:
+    c = table.cell_config(cell.row, cell.column)
+    assert (c.method, c.ssl) == methods[cell.row.key]
+    # K = 5 clients, all in every round, each holding a few classes; client SGD 0.032.
+    assert (c.num_clients, c.clients_per_round, c.partition) == (5, 5, "classes")
+    assert (c.client_learning_rate, c.target_decay) == (0.032, 0.99)
+    assert (c.server_optimizer, c.server_learning_rate, c.server_lr_schedule) == (
+        "sgd", 1.0, "constant")
+    assert c.encoder == "resnet18" and c.eval_label_fraction == 1.0
+  lam = table.cell_config(table.row("fedema_lambda"), table.columns[0])
+  tau = table.cell_config(table.row("fedema_tau"), table.columns[0])
+  assert (lam.fedema_lambda, tau.fedema_lambda, tau.fedema_tau) == (0.8, 0.0, 0.7)
+  if scale == "paper":
+    c10 = table.cell_config(table.rows[0], table.column("cifar10"))
+    c100 = table.cell_config(table.rows[0], table.column("cifar100"))
+    assert (c10.dataset, c10.classes_per_client, c100.dataset, c100.classes_per_client) == (
+        "cifar10", 2, "cifar100", 20)
+    assert (c10.rounds, c10.local_steps, c10.local_batch_size, c10.samples_per_client,
+            c10.width) == (100, 5, 128, 10000, 1.0)
+  else:
+    c = table.cell_config(table.rows[0], table.columns[0])
+    assert (c.dataset, c.classes_per_client, c.rounds) == (
+        "fashion_mnist", 2, fedema_table3.MINI_ROUNDS)
+
+
+def test_checks_are_the_papers_orderings():
+  table = fedema_table3.mini()
+  ours = {"fedsimsiam": 0.60, "fedbyol": 0.70, "fedu": 0.72, "fedema_lambda": 0.71,
+          "fedema_tau": 0.75}
+  records = [{"evaluation": "linear_100", "row": r, "column": "fashion_mnist", "ours": v}
+             for r, v in ours.items()]
+  lines = table.checks(table, records)
+  assert lines == [
+      "Fashion-MNIST 2 of 10 classes: FedEMA (τ = 0.7) 75.0 is at least FedU 72.0 (+3.0 points)",
+      "Fashion-MNIST 2 of 10 classes: FedEMA (λ = 0.8) 71.0 **is below** FedU 72.0 (-1.0 points)",
+      "Fashion-MNIST 2 of 10 classes: FedU 72.0 is at least FedBYOL 70.0 (+2.0 points)",
+      "Fashion-MNIST 2 of 10 classes: FedBYOL 70.0 is at least FedSimSiam 60.0 (+10.0 points)"]
+
+
+def test_paper_scale_runs_two_rounds_of_every_row(tmp_path):
+  """Every row at paper scale (full-width ResNet-18, 4096-256 heads) on mock CIFAR-10: 2 rounds of
+  one local epoch, 5 clients of 8 images (the paper's 10,000 do not fit the mock data)."""
+  table = fedema_table3.paper().capped(2)
+  table = dataclasses.replace(
+      table, columns=(table.column("cifar10"),), selection_column="cifar10",
+      rows=tuple(dataclasses.replace(r, config=dataclasses.replace(
+          r.config, local_steps=1, samples_per_client=8, local_batch_size=8)) for r in table.rows))
+  out = str(tmp_path / "paper")
+  with mock_cifar(10, 60, 40):
+    result = reproduce.reproduce(table, out, progress=False)
+  for row in table.rows:
+    run = os.path.join(out, "cells", row.key, "cifar10")
+    hp = json.load(open(os.path.join(run, "hparams.json")))
+    assert (hp["dataset"], hp["encoder"], hp["width"], hp["rounds"], hp["projector"]) == (
+        "cifar10", "resnet18", 1.0, 2, [4096, 256])
+    with open(os.path.join(run, "metrics.csv")) as f:
+      losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 2 and all(x == x for x in losses), row.key  # Not NaN.
+    assert os.path.isdir(os.path.join(run, "client_states")) == (row.config.method != "fedavg")
+  rows = list(csv.DictReader(open(result["table_csv"])))
+  ours = [r for r in rows if r["status"] == "ok"]
+  assert len(ours) == 6 * 2 and all(0 <= float(r["ours"]) <= 100 for r in ours)
+  assert "kNN monitor" in open(result["table_md"]).read()
