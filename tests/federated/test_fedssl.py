@@ -1,7 +1,6 @@
 """Stateful FedSSL clients (FedBYOL, FedU, FedEMA): FedEMA's mu and the autoscaler's lambda_k by hand,
 FedBYOL's target network kept out of aggregation, and both simulation modes giving the same rounds."""
 
-import collections
 import functools
 
 import numpy as np
@@ -10,11 +9,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import models
-from tff_ssl.data import AugmentConfig
 from tff_ssl.federated import client_state, common, fedssl
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
+from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of
 
 # --- FedEMA's start of a round, by hand -------------------------------------------------------------
 
@@ -110,8 +109,6 @@ def test_bad_stateful_settings_name_the_value():
 
 # --- Whole rounds -----------------------------------------------------------------------------------
 
-SHAPE = (12, 12, 1)
-AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
 BYOL = FedAvgSSLConfig(ssl="byol", client_learning_rate=0.05, target_decay=0.9, augment=AUGMENT,
                        seed=3)
 SGD = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
@@ -129,15 +126,6 @@ def build_byol():
 def byol_model():
   tf.keras.utils.set_random_seed(5)
   return FunctionalModel(build_byol)
-
-
-def clients_of(ids, n=3):
-  out = []
-  for c in ids:
-    rng = np.random.default_rng(c)
-    out.append(common.client_inputs(rng.integers(0, 256, (n,) + SHAPE, dtype=np.uint8),
-                                    np.arange(100 * c, 100 * c + n)))
-  return out
 
 
 def process_of(stateful, simulation):

@@ -151,14 +151,15 @@ class SiameseClientState(client_state_lib.ClientState):
                for i in range(len(glob))]
       return start, tf.cast(keep, tf.float32), d, state["scale"]
     # FedEMA.
-    if cfg.ema_lambda:
-      scale = tf.constant(cfg.ema_lambda)
-    else:  # Autoscaler: set once, the first time d is known and positive.
-      scale = tf.where(tf.greater(state["scale"], 0.0), state["scale"],
-                       tf.where(tf.greater(d, 0.0), cfg.ema_tau / tf.maximum(d, 1e-30), 0.0))
+    scale = tf.constant(cfg.ema_lambda) if cfg.ema_lambda else self._autoscale(state, d)
     mu = tf.where(returning, tf.minimum(scale * d, 1.0), 0.0)
     start = [mu * w + (1.0 - mu) * g for w, g in zip(own, glob)]
     return start, mu, d, tf.where(returning, scale, state["scale"])
+
+  def _autoscale(self, state, d):
+    """lambda_k: the stored one, else tau / d (set once, the first time d is known and positive)."""
+    return tf.where(tf.greater(state["scale"], 0.0), state["scale"],
+                    tf.where(tf.greater(d, 0.0), self.config.ema_tau / tf.maximum(d, 1e-30), 0.0))
 
   def begin(self, state, weights):
     start, _, _, _ = self._start(state, self.mask.select(list(weights)))
@@ -177,9 +178,7 @@ class SiameseClientState(client_state_lib.ClientState):
     if self.config.divergence == "code":  # Of this local training, used at the next round.
       d = tf.add_n([tf.norm(start[i] - trained[i]) for i in self._conv]) / len(self._conv)
       if self.config.online_update == "ema" and not self.config.ema_lambda:
-        scale = tf.where(tf.greater(state["scale"], 0.0), state["scale"],
-                         tf.where(tf.greater(d, 0.0), self.config.ema_tau / tf.maximum(d, 1e-30),
-                                  0.0))
+        scale = self._autoscale(state, d)
     out = collections.OrderedDict(rounds=state["rounds"] + 1.0)
     if self.config.keeps_online:
       out["online"] = trained
