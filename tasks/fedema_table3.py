@@ -2,9 +2,9 @@
 non-IID clients holding a few classes each, linear probe and kNN monitor.
 
 Rows: FedSimCLR and FedSimSiam (the generalized framework with online = target network: a client keeps
-nothing, so they are `fedavg` with `--ssl=simclr` / `simsiam`), FedBYOL, FedU, FedEMA with the
-constant lambda = 0.8 and FedEMA with the autoscaler tau = 0.7 (`tff_ssl/federated/fedssl.py`).
-FedMoCo is not built yet. Columns: the dataset and its non-IID split (each of the K = 5 clients holds
+nothing, so they are `fedavg` with `--ssl=simclr` / `simsiam`), FedMoCo (v2: MLP head, temperature
+0.2, a queue of 4,096 keys kept by each client), FedBYOL, FedU, FedEMA with the constant lambda = 0.8
+and FedEMA with the autoscaler tau = 0.7 (`tff_ssl/federated/fedssl.py`). Columns: the dataset and its non-IID split (each of the K = 5 clients holds
 2 of CIFAR-10's classes, 20 of CIFAR-100's). Evaluations: the linear probe (this project's protocol:
 features standardized, LARS; the paper trains a linear classifier with SGD) and the kNN monitor of
 the authors' code (k = 200, t = 0.1), both on every training label.
@@ -44,6 +44,8 @@ EVALUATIONS = (
 # (key, name, the fields that make the row).
 ROWS = (
     ("fedsimclr", "FedSimCLR", {"method": "fedavg", "ssl": "simclr", "temperature": 0.5}),
+    ("fedmoco", "FedMoCo", {"method": "fedmoco", "ssl": "moco", "temperature": 0.2,
+                            "moco_queue": 4096}),
     ("fedsimsiam", "FedSimSiam", {"method": "fedavg", "ssl": "simsiam"}),
     ("fedbyol", "FedBYOL", {"method": "fedbyol"}),
     ("fedu", "FedU", {"method": "fedu"}),

@@ -69,7 +69,8 @@ class ExperimentConfig:
   # BYOL / SimSiam predictor head sizes (its last must equal the projector's); () gives
   # (512, projector[-1]).
   predictor: tuple[int, ...] = ()
-  target_decay: float = 0.99  # BYOL: EMA decay of the target network over local steps.
+  target_decay: float = 0.99  # BYOL, MoCo: EMA decay of the target network over local steps.
+  moco_queue: int = 4096  # MoCo: negative keys in the queue.
   steps: int = 300
   batch_size: int = 256
   optimizer: str = "adam"

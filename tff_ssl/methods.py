@@ -4,6 +4,7 @@
   fedavg       FedAvg with a within-client SSL loss, any aggregator  (tff_ssl/federated/fedavg.py)
   fedbyol      FedBYOL: stateful BYOL clients (own target network)   (tff_ssl/federated/fedbyol.py)
   fedu         FedU: FedBYOL + divergence-aware predictor update      (tff_ssl/federated/fedu.py)
+  fedmoco      FedMoCo: stateful MoCo clients (momentum net, queue)   (tff_ssl/federated/fedmoco.py)
   fedema       FedEMA: divergence-aware EMA of global and own online  (tff_ssl/federated/fedema.py)
   centralized  pretraining on the pooled data (the upper bound)      (tff_ssl/training/)
   supervised   training from scratch on the labeled fraction         (tff_ssl/evaluation/)
@@ -14,7 +15,7 @@ Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).feder
 
 from __future__ import annotations
 
-from tff_ssl.federated import dcco, fedavg, fedbyol, fedema, fedu
+from tff_ssl.federated import dcco, fedavg, fedbyol, fedema, fedmoco, fedu
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.training import centralized
 
@@ -27,6 +28,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     fedavg.METHOD,
     fedbyol.METHOD,
     fedu.METHOD,
+    fedmoco.METHOD,
     fedema.METHOD,
     centralized.METHOD,
     SUPERVISED,

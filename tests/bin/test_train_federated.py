@@ -49,19 +49,19 @@ def test_any_ssl_method_with_any_aggregator(tmp_path):
   assert all(float(x) > 0 for row in resources[1:] for x in row[1:])
 
 
-@pytest.mark.parametrize("method", ["fedbyol", "fedu"])
-def test_stateful_methods_train_from_bin_train(tmp_path, method):
-  """FedBYOL and FedU (FedEMA: tests/federated/test_client_state_runs.py, with SIGKILL + resume) keep
-  every sampled client's networks in the run folder's client-state store; the kNN monitor runs every
-  2 rounds and at the end."""
+@pytest.mark.parametrize("method,ssl", [("fedbyol", "byol"), ("fedu", "byol"), ("fedmoco", "moco")])
+def test_stateful_methods_train_from_bin_train(tmp_path, method, ssl):
+  """FedBYOL, FedU and FedMoCo (FedEMA: tests/federated/test_client_state_runs.py, with SIGKILL +
+  resume) keep every sampled client's networks in the run folder's client-state store; the kNN
+  monitor runs every 2 rounds and at the end."""
   out = tmp_path / method
-  proc = train(out, f"--method={method}", "--ssl=byol", "--samples_per_client=2",
+  proc = train(out, f"--method={method}", f"--ssl={ssl}", "--samples_per_client=2",
                "--num_clients=12", "--clients_per_round=4", "--rounds=3", "--projector=32,16",
                "--client_learning_rate=0.05", "--knn_every=2",
                *(["--fedu_threshold=0.5", "--partition=classes", "--classes_per_client=2"]
-                 if method == "fedu" else []))
+                 if method == "fedu" else []), *(["--moco_queue=16"] if ssl == "moco" else []))
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert f"pretrained ({method}, byol, 3 rounds)" in proc.stdout
+  assert f"pretrained ({method}, {ssl}, 3 rounds)" in proc.stdout
   assert len(losses_of(out)) == 3 and all(x > 0 for x in losses_of(out))
   rows = [r.split(",") for r in (out / "metrics.csv").read_text().splitlines()]
   knn = rows[0].index("knn_accuracy")

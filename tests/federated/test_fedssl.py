@@ -1,5 +1,6 @@
-"""Stateful FedSSL clients (FedBYOL, FedU, FedEMA): FedEMA's mu and the autoscaler's lambda_k by hand,
-FedBYOL's target network kept out of aggregation, and both simulation modes giving the same rounds."""
+"""Stateful FedSSL clients (FedBYOL, FedU, FedEMA, FedMoCo): FedEMA's mu and the autoscaler's lambda_k by
+hand, FedBYOL's target network kept out of aggregation, FedMoCo's queue kept across rounds, and both
+simulation modes giving the same rounds."""
 
 import functools
 
@@ -13,7 +14,7 @@ from tff_ssl.federated import client_state, common, fedssl
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
-from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of
+from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of, resnet
 
 # --- FedEMA's start of a round, by hand -------------------------------------------------------------
 
@@ -206,3 +207,33 @@ def test_fedbyol_target_is_the_clients_own_ema_never_the_aggregate():
   # ...which is not the global model (FedAvg-style BYOL would restart its target there).
   assert max(np.abs(a - g).max() for a, g in zip(t2, server[3].weights)) > 1e-3
   assert max(np.abs(a - g).max() for a, g in zip(t0, server[2].weights)) > 1e-4
+
+
+def test_fedmoco_keeps_its_momentum_network_and_queue_across_rounds():
+  """Client 0 (rounds 0 and 2, 4 images, one full-batch step a round): its queue after round 2 is
+  round 2's 4 keys in front of its queue after round 0 (not a fresh zero queue), and its momentum
+  network moved by its own EMA only."""
+  model = resnet()
+  cfg = FedAvgSSLConfig(ssl="moco", client_learning_rate=0.05, target_decay=0.9, moco_queue=12,
+                        temperature=0.2, augment=AUGMENT, seed=3)
+  state_lib = fedssl.SiameseClientState(model.names, common.TensorMask.all(len(model.names)),
+                                        fedssl.StatefulConfig(), ema_target=True, queue_size=12)
+  process = FedAvgSSLProcess(model, SHAPE, SGD, cfg, simulation=Simulation(group_size=2),
+                             client_state=state_lib)
+  server, store = run(process)
+  after0, before2, after2 = (store.read([0], r, None)[0] for r in (1, 2, 3))
+  q0, q2 = np.asarray(after0["queue"]), np.asarray(after2["queue"])
+  assert q0.shape == (12, model.output_dims[0])
+  np.testing.assert_allclose(np.linalg.norm(q0[:4], axis=1), 1.0, rtol=1e-5)  # Round 0's keys.
+  assert not q0[4:].any()  # The rest still the initial zeros.
+  np.testing.assert_array_equal(q2[4:], q0[:-4])
+  np.testing.assert_allclose(np.linalg.norm(q2[:4], axis=1), 1.0, rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(before2["queue"]), q0)  # Round 1 left it alone.
+  # The momentum network: t2 = 0.9 t0 + 0.1 (its trained online network of round 2).
+  reference = FedAvgSSLProcess(model, SHAPE, SGD, cfg, simulation=Simulation(mode="reference"),
+                               client_state=state_lib)
+  out = reference.client_update(server[2].weights, common.round_seed(cfg.seed, 2),
+                                clients_of([0])[0], before2)
+  trained = [w - u for w, u in zip(server[2].weights, out[0])]
+  for a, b, w in zip(flat(after2["target"]), flat(after0["target"]), trained):
+    np.testing.assert_allclose(a, 0.9 * b + 0.1 * w, atol=1e-6 * max(1.0, np.abs(a).max()))

@@ -36,7 +36,7 @@ REFERENCE = Simulation(mode="reference")
 # Client learning rates that keep a round a small step (see the module docstring); CCO gradients are
 # ~100x NT-Xent's.
 LR = {"cco": 1e-4, "nt_xent": 0.05, "simclr": 0.05, "byol": 0.05,
-      "simsiam": 0.05}
+      "simsiam": 0.05, "moco": 0.05}
 
 
 def build_keras():
@@ -158,6 +158,8 @@ def test_dcco_grouped_equals_reference(model, steps, simulation):
     ("byol", 1, Simulation()),  # Predictor head; at one step the target is the online network.
     ("byol", 2, Simulation(group_size=2)),  # The EMA target moves within local training.
     ("simsiam", 1, Simulation(group_size=3)),
+    ("moco", 1, Simulation()),  # Batched pass: every client against its zero queue.
+    ("moco", 3, Simulation(group_size=2)),  # The queue fills with earlier steps' keys.
 ])
 def test_fedavg_grouped_equals_reference(ssl, steps, simulation):
   model = predictor_model() if ssl_lib.get(ssl).predictor else plain_model()

@@ -1,5 +1,5 @@
 """FedEMA's Table 3 as data: the grid is the paper's setting (Sec. 5), the checks are its orderings, and
-the paper scale runs 2 rounds of every row on mock CIFAR-10."""
+the paper scale runs 2 rounds on mock CIFAR-10."""
 
 import csv
 import dataclasses
@@ -17,15 +17,16 @@ from tests.tables.mock_data import mock_cifar
 @pytest.mark.parametrize("scale", ["mini", "paper"])
 def test_grid_is_the_papers(scale):
   table = tasks.get_table("fedema_table3", scale)
-  assert [r.key for r in table.rows] == ["fedsimclr", "fedsimsiam", "fedbyol", "fedu",
+  assert [r.key for r in table.rows] == ["fedsimclr", "fedmoco", "fedsimsiam", "fedbyol", "fedu",
                                          "fedema_lambda", "fedema_tau"]
   assert [type(e.protocol).__name__ for e in table.evaluations] == ["LinearProbeConfig",
                                                                     "KNNConfig"]
   knn = table.evaluations[1].protocol
   assert (knn.k, knn.temperature, knn.label_fraction) == (200, 0.1, 1.0)
   todo, skipped = reproduce.cells(table)
-  assert not skipped and len(todo) == 6 * len(table.columns)
-  methods = {"fedsimclr": ("fedavg", "simclr"), "fedsimsiam": ("fedavg", "simsiam"),
+  assert not skipped and len(todo) == 7 * len(table.columns)
+  methods = {"fedsimclr": ("fedavg", "simclr"), "fedmoco": ("fedmoco", "moco"),
+             "fedsimsiam": ("fedavg", "simsiam"),
              "fedbyol": ("fedbyol", "byol"), "fedu": ("fedu", "byol"),
              "fedema_lambda": ("fedema", "byol"), "fedema_tau": ("fedema", "byol")}
   for cell in todo:
@@ -67,14 +68,21 @@ def test_checks_are_the_papers_orderings():
       "Fashion-MNIST 2 of 10 classes: FedBYOL 70.0 is at least FedSimSiam 60.0 (+10.0 points)"]
 
 
-def test_paper_scale_runs_two_rounds_of_every_row(tmp_path):
-  """Every row at paper scale (full-width ResNet-18, 4096-256 heads) on mock CIFAR-10: 2 rounds of
-  one local epoch, 5 clients of 8 images (the paper's 10,000 do not fit the mock data)."""
+# Rows run at paper scale in the suite: the two whose clients carry the most between steps and rounds
+# (FedMoCo: momentum network and queue in the minibatch loop; FedEMA: own online network and target).
+# All seven rows ran this test once (19 min on a loaded 2-core machine): too long for the suite.
+PAPER_SCALE_ROWS = ("fedmoco", "fedema_tau")
+
+
+def test_paper_scale_runs_two_rounds(tmp_path):
+  """Paper scale (full-width ResNet-18, 4096-256 heads) on mock CIFAR-10: 2 rounds of one local epoch,
+  5 clients of 8 images (the paper's 10,000 do not fit the mock data)."""
   table = fedema_table3.paper().capped(2)
   table = dataclasses.replace(
       table, columns=(table.column("cifar10"),), selection_column="cifar10",
       rows=tuple(dataclasses.replace(r, config=dataclasses.replace(
-          r.config, local_steps=1, samples_per_client=8, local_batch_size=8)) for r in table.rows))
+          r.config, local_steps=1, samples_per_client=8, local_batch_size=8))
+                 for r in table.rows if r.key in PAPER_SCALE_ROWS))
   out = str(tmp_path / "paper")
   with mock_cifar(10, 60, 40):
     result = reproduce.reproduce(table, out, progress=False)
@@ -89,5 +97,5 @@ def test_paper_scale_runs_two_rounds_of_every_row(tmp_path):
     assert os.path.isdir(os.path.join(run, "client_states")) == (row.config.method != "fedavg")
   rows = list(csv.DictReader(open(result["table_csv"])))
   ours = [r for r in rows if r["status"] == "ok"]
-  assert len(ours) == 6 * 2 and all(0 <= float(r["ours"]) <= 100 for r in ours)
+  assert len(ours) == len(PAPER_SCALE_ROWS) * 2 and all(0 <= float(r["ours"]) <= 100 for r in ours)
   assert "kNN monitor" in open(result["table_md"]).read()

@@ -55,18 +55,18 @@ class ClientState(abc.ABC):
     del state
     return list(weights)
 
-  def target(self, state, start: list) -> list | None:
-    """The SSL method's EMA target network (all the model's tensors) at the start of local training,
-    for a client whose training starts from `start` (default None: the target starts at `start`,
-    as in FedAvg-style BYOL)."""
+  def ssl_state(self, state, start: list) -> dict | None:
+    """What the SSL method carries across local steps (`tff_ssl.federated.fedavg.initial_ssl_state`:
+    "target", its EMA target network; "queue", MoCo's negative keys) at the start of local training
+    from `start` (default None: the method's fresh start, as FedAvg-style clients)."""
     del state, start
     return None
 
   @abc.abstractmethod
-  def end(self, state, weights: list, delta: list, num_examples, loss, target=None) -> Any:
+  def end(self, state, weights: list, delta: list, num_examples, loss, ssl_state=None) -> Any:
     """The client's new state after local training that uploads `delta` (= broadcast - trained, of
     the trained tensors `weights` broadcast) on `num_examples` images with mean loss `loss`;
-    `target`: the EMA target network after local training (SSL methods with one), else None."""
+    `ssl_state`: what the SSL method carried to the end of local training (a dict, see above)."""
 
 
 def stack(states: Sequence[Any]) -> Any:

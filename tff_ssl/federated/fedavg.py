@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import aggregators, losses
+from tff_ssl.losses import moco
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.data.augment import AugmentConfig
@@ -56,6 +57,7 @@ class FedAvgSSLConfig:
   cco_lambda: float = losses.cco.DEFAULT_LAMBDA
   temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
   target_decay: float = DEFAULT_TARGET_DECAY
+  moco_queue: int = moco.DEFAULT_QUEUE
   client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0
   client_weight_decay: float = 0.0
@@ -75,49 +77,74 @@ class FedAvgSSLConfig:
       raise ValueError(f"client_weight_decay must be >= 0; got {self.client_weight_decay}")
     if not 0 <= self.target_decay < 1:
       raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
+    if self.moco_queue < 1:
+      raise ValueError(f"moco_queue must be >= 1; got {self.moco_queue}")
 
   @property
   def method(self) -> ssl_lib.SSLMethod:
     return ssl_lib.get(self.ssl)
 
 
-def _outputs(model: FunctionalModel, method: ssl_lib.SSLMethod, weights, target, v1, v2
-             ) -> ssl_lib.Outputs:
+def _outputs(model: FunctionalModel, method: ssl_lib.SSLMethod, weights, target, v1, v2,
+             queue=None) -> ssl_lib.Outputs:
   """The SSL method's view outputs; `target` None: the online projections stand in (first step)."""
   outs = common.encode_outputs(model, weights, v1, v2)
   (z1, z2), (p1, p2) = outs[0], (outs[1] if method.predictor else (None, None))
   t1 = t2 = None
   if method.ema_target:
     t1, t2 = (z1, z2) if target is None else common.encode_outputs(model, target, v1, v2)[0]
-  return ssl_lib.Outputs(z1, z2, p1, p2, t1, t2)
+  return ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, queue)
 
 
 def _ema(target, current, decay: float):
   return [decay * t + (1.0 - decay) * c for t, c in zip(target, current)]
 
 
-def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, target):
+def initial_ssl_state(model: FunctionalModel, cfg: "FedAvgSSLConfig") -> dict:
+  """What the SSL method carries across local steps, at the start of a client's training when it
+  brings nothing of its own: {"target": None} (= the start weights) for a target network,
+  {"queue": zeros} for a queue of negative keys; {} for neither."""
+  method, out = cfg.method, {}
+  if method.ema_target:
+    out["target"] = None
+  if method.queue:
+    out["queue"] = tf.zeros([cfg.moco_queue, model.output_dims[0]])
+  return out
+
+
+def _next_ssl_state(cfg, ssl_state: dict, start, current, outputs: ssl_lib.Outputs) -> dict:
+  """The SSL state after a step that moved the online weights to `current` (all tensors)."""
+  out = dict(ssl_state)
+  if "target" in out:
+    out["target"] = _ema(list(start) if out["target"] is None else out["target"], current,
+                         cfg.target_decay)
+  if "queue" in out:
+    out["queue"] = moco.enqueue(out["queue"], outputs.t2)
+  return out
+
+
+def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, ssl_state):
   """E full-batch steps on the client's images (new views at each step)."""
   method = cfg.method
-  target = [target]  # BYOL: None while the target equals the start (= online) weights.
+  carry = [ssl_state, None]  # The SSL state; the last step's outputs.
 
   def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
     v1, v2 = common.views(data, step_seed, cfg.augment)
-    return method.loss(_outputs(model, method, current, target[0], v1, v2), cfg)
+    carry[1] = _outputs(model, method, current, carry[0].get("target"), v1, v2,
+                        carry[0].get("queue"))
+    return method.loss(carry[1], cfg)
 
   def after_step(current):
-    if method.ema_target:
-      target[0] = _ema(list(weights) if target[0] is None else target[0], current,
-                       cfg.target_decay)
+    carry[0] = _next_ssl_state(cfg, carry[0], weights, current, carry[1])
 
   delta, first, mean = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
                                              cfg.client_learning_rate, loss_of, after_step,
                                              cfg.client_weight_decay, mask)
-  return delta, first, mean, target[0] if method.ema_target else None
+  return delta, first, mean, carry[0]
 
 
-def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, target):
+def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, ssl_state):
   """E epochs of steps on batches of `local_batch_size`, each epoch over a seeded shuffle.
 
   A `tf.while_loop` (the number of steps depends on N_k) built in a `tf.function`, so the TF1 graph
@@ -126,16 +153,19 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, 
   method = cfg.method
   opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
   specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in mask.select(weights))
+  # A loop variable cannot be None: the target starts as the start weights.
+  ssl_state = {k: (list(weights) if k == "target" and v is None else v)
+               for k, v in ssl_state.items()}
 
   @tf.function
-  def train(weights, target, images, ids, seed):
+  def train(weights, ssl_state, images, ids, seed):
     n = tf.shape(ids)[0]
     batch = tf.minimum(cfg.local_batch_size, n)
     per_epoch = tf.maximum(1, n // batch)
     total = cfg.local_steps * per_epoch
     shuffle_seed = tf.random.experimental.stateless_fold_in(seed, 1 << 30)  # Apart from views'.
 
-    def body(step, current, target, opt_state, first, loss_sum):
+    def body(step, current, ssl_state, opt_state, first, loss_sum):
       epoch, b = step // per_epoch, step % per_epoch
       order = tf.argsort(tf.random.stateless_uniform(
           [n], tf.random.experimental.stateless_fold_in(shuffle_seed, epoch)))
@@ -143,47 +173,48 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, 
       client = {"images": tf.gather(images, idx), "ids": tf.gather(ids, idx)}
       v1, v2 = common.views(client, tf.random.experimental.stateless_fold_in(seed, step),
                             cfg.augment)
+      outputs = [None]
 
       def loss_of(trained):
-        return method.loss(_outputs(model, method, mask.merge(trained, weights),
-                                    target if method.ema_target else None, v1, v2), cfg)
+        outputs[0] = _outputs(model, method, mask.merge(trained, weights),
+                              ssl_state.get("target"), v1, v2, ssl_state.get("queue"))
+        return method.loss(outputs[0], cfg)
 
       opt_state, new, loss = common.client_step(opt, opt_state, current, loss_of,
                                                 cfg.client_weight_decay)
-      if method.ema_target:
-        target = _ema(target, mask.merge(new, weights), cfg.target_decay)
+      ssl_state = _next_ssl_state(cfg, ssl_state, weights, mask.merge(new, weights), outputs[0])
       first = tf.where(tf.equal(step, 0), loss, first)  # (`==` is identity in TFF's graphs.)
-      return step + 1, new, target, opt_state, first, loss_sum + loss
+      return step + 1, new, ssl_state, opt_state, first, loss_sum + loss
 
     current = mask.select(weights)
-    _, trained, target, _, first, loss_sum = tf.while_loop(
+    _, trained, ssl_state, _, first, loss_sum = tf.while_loop(
         lambda step, *_: step < total, body,
-        (tf.constant(0), current, list(target), opt.initialize(specs), tf.constant(0.0),
+        (tf.constant(0), current, ssl_state, opt.initialize(specs), tf.constant(0.0),
          tf.constant(0.0)), parallel_iterations=1)
     return ([a - b for a, b in zip(current, trained)], first,
-            loss_sum / tf.cast(total, tf.float32), target)
+            loss_sum / tf.cast(total, tf.float32), ssl_state)
 
-  delta, first, mean, target = train(
-      list(weights), list(weights) if target is None else list(target),
-      grouping.field(data, "images"), grouping.field(data, "ids"), seed)
-  return delta, first, mean, target if method.ema_target else None
+  return train(list(weights), ssl_state, grouping.field(data, "images"),
+               grouping.field(data, "ids"), seed)
 
 
 def local_training(model: FunctionalModel, cfg: FedAvgSSLConfig, weights, seed, data,
-                   mask: common.TensorMask | None = None, target=None):
+                   mask: common.TensorMask | None = None, ssl_state: dict | None = None):
   """A client's local training on its own images, of the tensors of `mask` (default: all), from
   `weights`.
 
-  `target`: the EMA target network's weights (all the model's tensors) at the start, for SSL methods
-  with one (BYOL); None: the start weights (FedAvg-style clients, which keep no target).
+  `ssl_state`: what the SSL method carries across steps at the start ({"target": the EMA target
+  network (all the model's tensors; None: the start weights), "queue": MoCo's negative keys});
+  None: `initial_ssl_state` (FedAvg-style clients, which keep nothing between rounds).
 
-  Returns (Delta_k of the trained tensors, first-step loss, mean loss, the target network after
-  the last step or None).
+  Returns (Delta_k of the trained tensors, first-step loss, mean loss, the SSL state after the last
+  step).
   """
   mask = mask or common.TensorMask.all(len(weights))
+  ssl_state = initial_ssl_state(model, cfg) if ssl_state is None else ssl_state
   if cfg.local_batch_size:
-    return _minibatch_training(model, cfg, weights, seed, data, mask, target)
-  return _full_batch_training(model, cfg, weights, seed, data, mask, target)
+    return _minibatch_training(model, cfg, weights, seed, data, mask, ssl_state)
+  return _full_batch_training(model, cfg, weights, seed, data, mask, ssl_state)
 
 
 class FedAvgSSLProcess(common.ServerLoop):
@@ -270,7 +301,8 @@ class FedAvgSSLProcess(common.ServerLoop):
 
       def objective(current, step):
         del step  # One step.
-        losses_k = method.per_client_loss(_outputs(model, method, current, None, v1, v2),
+        losses_k = method.per_client_loss(_outputs(model, method, current, None, v1, v2,
+                                                   initial_ssl_state(model, cfg).get("queue")),
                                           data.sizes, cfg)
         log_b = tf.stop_gradient(aggregators.base.base_log_weight(factory.weighting, n, losses_k))
         b = tf.exp(log_b - tf.reduce_max(log_b))
@@ -293,13 +325,13 @@ class FedAvgSSLProcess(common.ServerLoop):
         delta, first_loss, mean_loss, _ = local_training(model, cfg, weights, seed, client, mask)
         return delta, first_loss, mean_loss, common.num_examples(client), None
       start = client_state.begin(state, list(weights))
-      delta, first_loss, mean_loss, target = local_training(
-          model, cfg, start, seed, client, mask, client_state.target(state, start))
+      delta, first_loss, mean_loss, ssl_state = local_training(
+          model, cfg, start, seed, client, mask, client_state.ssl_state(state, start))
       n = common.num_examples(client)
       # Delta_k relative to the broadcast model, whatever the client started from.
       upload = [g - s + d for g, s, d in zip(mask.select(weights), mask.select(start), delta)]
       return (upload, first_loss, mean_loss, n,
-              client_state.end(state, mask.select(weights), upload, n, mean_loss, target))
+              client_state.end(state, mask.select(weights), upload, n, mean_loss, ssl_state))
 
     def looped_group_update(weights, seed, data, round_num, states):
       def one_client(images, ids, *rest):
@@ -462,7 +494,8 @@ def process_config(config) -> tuple[FedAvgSSLConfig, aggregators.AggregatorConfi
   aggregator.check_options()
   return (FedAvgSSLConfig(
       ssl=config.ssl, cco_lambda=config.cco_lambda, temperature=config.temperature,
-      target_decay=config.target_decay, client_optimizer=config.client_optimizer,
+      target_decay=config.target_decay, moco_queue=config.moco_queue,
+      client_optimizer=config.client_optimizer,
       client_learning_rate=config.client_learning_rate,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
       local_batch_size=config.local_batch_size, augment=config.augment_config(), seed=config.seed),

@@ -5,6 +5,5 @@ on the client across rounds (`tff_ssl.federated.fedssl`)."""
 from tff_ssl.federated import fedssl
 
 METHOD = fedssl.method(
-    "fedbyol", lambda config: fedssl.StatefulConfig(online_update="global",
-                                                    divergence=config.divergence_measure),
+    "fedbyol", lambda config: fedssl.StatefulConfig(online_update="global"),
     "FedBYOL: global online network each round, the client's own BYOL target kept across rounds.")

@@ -1,14 +1,16 @@
 """The generalized FedSSL framework of Zhuang et al. (ICLR 2022) with stateful clients: FedBYOL, FedU,
-FedEMA.
+FedEMA, FedMoCo.
 
 Every client keeps its own networks between the rounds it takes part in (`SiameseClientState`, in the
-on-disk client-state store): the target network of BYOL (never uploaded, never aggregated: only the
-client's own EMA over its local steps moves it) and, for FedU and FedEMA, its online network (online
+on-disk client-state store): the target network of BYOL / the momentum network of MoCo (never
+uploaded, never aggregated: only the client's own EMA over its local steps moves it), MoCo's queue of
+negative keys, and, for FedU and FedEMA, its online network (online
 encoder = ResNet + projector, as BYOL's "encoder" in the authors' code, and the predictor). The online
 network is uploaded and aggregated (N_k-weighted by default; any `tff_ssl.aggregators` strategy). What
 differs between the methods is where a client's next local training starts:
 
-  FedBYOL   online network <- the global one (encoder, projector and predictor)
+  FedBYOL   online network <- the global one (encoder, projector and predictor); FedMoCo the same
+            with MoCo's loss (no predictor)
   FedU      online encoder <- the global one; predictor <- the global one only if the divergence
             d = ||W_g - W_k|| of the online encoder is below `threshold` (0.4, the public code's),
             else the client keeps its own (divergence-aware predictor update)
@@ -103,9 +105,10 @@ class SiameseClientState(client_state_lib.ClientState):
   """
 
   def __init__(self, names: Sequence[str], mask: common.TensorMask, config: StatefulConfig,
-               ema_target: bool):
+               ema_target: bool, queue_size: int = 0):
     self.config = config
     self.ema_target = ema_target
+    self.queue_size = queue_size  # > 0: MoCo's queue of negative keys is kept too.
     self.mask = mask
     trained_names = mask.select(list(names))
     # Positions within the exchanged tensors: the online encoder (ResNet + projector), the predictor,
@@ -127,6 +130,8 @@ class SiameseClientState(client_state_lib.ClientState):
       out["online"] = list(self.mask.select(model.weight_specs))
     if self.ema_target:
       out["target"] = list(model.weight_specs)
+    if self.queue_size:
+      out["queue"] = tf.TensorSpec([self.queue_size, model.output_dims[0]], tf.float32)
     out.update(scale=scalar, divergence=scalar, mu=scalar)
     return out
 
@@ -165,13 +170,18 @@ class SiameseClientState(client_state_lib.ClientState):
     start, _, _, _ = self._start(state, self.mask.select(list(weights)))
     return self.mask.merge(start, list(weights))
 
-  def target(self, state, start):
-    if not self.ema_target:
-      return None
+  def ssl_state(self, state, start):
+    """A returning client's own target network (and queue); a new one's: `start` (and zeros, the
+    stored initial value)."""
+    out = {}
     returning = tf.greater(state["rounds"], 0.0)
-    return [tf.where(returning, t, s) for t, s in zip(state["target"], start)]
+    if self.ema_target:
+      out["target"] = [tf.where(returning, t, s) for t, s in zip(state["target"], start)]
+    if self.queue_size:
+      out["queue"] = state["queue"]
+    return out
 
-  def end(self, state, weights, delta, num_examples, loss, target=None):
+  def end(self, state, weights, delta, num_examples, loss, ssl_state=None):
     del num_examples, loss
     start, mu, d, scale = self._start(state, list(weights))
     trained = [w - u for w, u in zip(weights, delta)]
@@ -183,13 +193,15 @@ class SiameseClientState(client_state_lib.ClientState):
     if self.config.keeps_online:
       out["online"] = trained
     if self.ema_target:
-      out["target"] = list(target)
+      out["target"] = list(ssl_state["target"])
+    if self.queue_size:
+      out["queue"] = ssl_state["queue"]
     out.update(scale=tf.convert_to_tensor(scale, tf.float32), divergence=d, mu=mu)
     return out
 
 
-# Fields every stateful method reads beyond FedAvg's.
-FIELDS = fedavg.FIELDS + ("divergence_measure",)
+# Fields every stateful method reads beyond FedAvg's: none (FedU and FedEMA add theirs).
+FIELDS = fedavg.FIELDS
 SSL = ("byol",)  # FedBYOL, FedU and FedEMA are BYOL's federated forms.
 
 
@@ -197,13 +209,16 @@ def build(config, model, image_shape, stateful: StatefulConfig):
   """The FedAvg-style process of `config` whose clients keep a `SiameseClientState`."""
   fedavg_config, aggregator, simulation = fedavg.process_config(config)
   mask = common.TensorMask.all(len(model.weight_specs))
-  state = SiameseClientState(model.names, mask, stateful, fedavg_config.method.ema_target)
+  method = fedavg_config.method
+  state = SiameseClientState(model.names, mask, stateful, method.ema_target,
+                             fedavg_config.moco_queue if method.queue else 0)
   return fedavg.FedAvgSSLProcess(model, image_shape,
                                  common.server_optimizer_for(config, model.names), fedavg_config,
                                  aggregator.build(model), simulation, client_state=state)
 
 
-def method(name: str, stateful_of, summary: str, fields: tuple[str, ...] = ()) -> Method:
+def method(name: str, stateful_of, summary: str, fields: tuple[str, ...] = (),
+           ssl: tuple[str, ...] = SSL) -> Method:
   """The registry entry of a method of this framework; `stateful_of(config)` gives its
   `StatefulConfig` (validated when the config is made)."""
 
@@ -211,7 +226,7 @@ def method(name: str, stateful_of, summary: str, fields: tuple[str, ...] = ()) -
     fedavg.process_config(config)
     stateful_of(config)
 
-  return Method(name=name, kind="federated", fields=FIELDS + fields, ssl=SSL, validate=validate,
+  return Method(name=name, kind="federated", fields=FIELDS + fields, ssl=ssl, validate=validate,
                 build=lambda config, model, shape: build(config, model, shape, stateful_of(config)),
                 min_samples=fedavg.METHOD.min_samples, divergence_hint=fedavg.divergence_hint,
                 summary=summary)

@@ -8,4 +8,5 @@ METHOD = fedssl.method(
     "fedu", lambda config: fedssl.StatefulConfig(online_update="fedu",
                                                  threshold=config.fedu_threshold,
                                                  divergence=config.divergence_measure),
-    "FedU: FedBYOL with the divergence-aware predictor update.", fields=("fedu_threshold",))
+    "FedU: FedBYOL with the divergence-aware predictor update.",
+    fields=("fedu_threshold", "divergence_measure"))

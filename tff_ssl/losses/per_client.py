@@ -10,15 +10,15 @@ CCO per client uses the Gram form of the correlation matrix: with F^, G^ the per
 standardized encodings (n x d), C = F^T G^ / n, so sum_ij C_ij^2 = <F^ F^T, G^ G^T>_F / n^2 (n x n Gram
 matrices instead of a d x d matrix per client: n^2 d instead of n d^2 work, for n << d).
 
-BYOL and SimSiam are means of per-sample terms, so per client they need no padding: the per-sample
-terms of `byol.py` / `simsiam.py`, segment-summed by client and divided by the clients' sizes.
+BYOL, SimSiam and MoCo are means of per-sample terms, so per client they need no padding: the per-sample
+terms of `byol.py` / `simsiam.py` / `moco.py`, segment-summed by client and divided by the clients' sizes.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from tff_ssl.losses import byol, cco, ntxent, simsiam
+from tff_ssl.losses import byol, cco, moco, ntxent, simsiam
 
 
 def segment_ids(sizes: tf.Tensor) -> tf.Tensor:
@@ -104,3 +104,10 @@ def simsiam_loss_per_client(p1: tf.Tensor, p2: tf.Tensor, z1: tf.Tensor, z2: tf.
   """[K] SimSiam losses (`simsiam.simsiam_loss`, projections stop-gradiented) of clients whose rows
   of `p1`, `p2`, `z1`, `z2` have the given sizes; a one-sample client is fine."""
   return _mean_per_client(simsiam.simsiam_loss_per_sample(p1, p2, z1, z2), sizes)
+
+
+def moco_loss_per_client(z1: tf.Tensor, z2: tf.Tensor, t1: tf.Tensor, t2: tf.Tensor,
+                         queue: tf.Tensor, sizes: tf.Tensor, temperature: float) -> tf.Tensor:
+  """[K] symmetrized MoCo losses (`moco.moco_loss`) of clients whose rows have the given sizes, all
+  against the same `queue` (the batched pass: every client's queue is its initial one)."""
+  return _mean_per_client(moco.moco_loss_per_sample(z1, z2, t1, t2, queue, temperature), sizes)

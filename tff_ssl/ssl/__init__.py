@@ -5,15 +5,16 @@
   simclr        NT-Xent within the client's batch                        (simclr.py)
   byol          predictor + EMA target network within local training     (byol.py)
   simsiam       predictor + stop-gradient, no target network             (simsiam.py)
+  moco          momentum target network + a queue of negative keys       (moco.py)
 """
 
 from __future__ import annotations
 
-from tff_ssl.ssl import byol, cco, simclr, simsiam
+from tff_ssl.ssl import byol, cco, moco, simclr, simsiam
 from tff_ssl.ssl.base import Outputs, SSLMethod
 
 SSL_METHODS: dict[str, SSLMethod] = {m.name: m for m in (
-    cco.METHOD, simclr.METHOD, byol.METHOD, simsiam.METHOD)}
+    cco.METHOD, simclr.METHOD, byol.METHOD, simsiam.METHOD, moco.METHOD)}
 
 
 def get(name: str) -> SSLMethod:

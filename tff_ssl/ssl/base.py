@@ -1,9 +1,14 @@
 """What a client SSL method is to the FedAvg process: heads, target network, and its loss.
 
 A method's loss sees `Outputs` of the two views: the online projections z1, z2, the online
-predictions p1, p2 (methods with a predictor head), and the target network's projections t1, t2
+predictions p1, p2 (methods with a predictor head), the target network's projections t1, t2
 (methods with a target network; within one round's local training the target is an exponential moving
-average of the online weights, started from the broadcast model, so at the first local step t = z).
+average of the online weights, started from the broadcast model, so at the first local step t = z),
+and a queue of negative keys (MoCo: the target's projections of earlier steps, newest first).
+
+What a method carries from one local step to the next (its "SSL state": the target network, the
+queue) starts fresh each round for FedAvg-style clients; a stateful client keeps it between rounds
+(`tff_ssl.federated.client_state.ClientState.ssl_state`).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ class Outputs(NamedTuple):
   p2: Any = None
   t1: Any = None
   t2: Any = None
+  queue: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,5 +41,6 @@ class SSLMethod:
   per_client_loss: Callable[[Outputs, Any, Any], Any]
   predictor: bool = False  # The online network ends in a predictor head.
   ema_target: bool = False  # A target network, the EMA of the online one during local training.
+  queue: bool = False  # A queue of negative keys (`moco_queue` of them), t2 enqueued after each step.
   min_samples: int = 2  # Fewest images per client the loss is defined for.
   hparams: tuple[str, ...] = ()  # Config fields it reads (ExperimentConfig: the loss's and heads').
