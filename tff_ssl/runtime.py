@@ -112,9 +112,12 @@ def stop_workers(timeout: float = 5.0) -> int:
 
   TFF's service managers forget the stopped workers, so the next computation starts a fresh one (a
   manager that still held one would `os.kill` its reaped pid and fail)."""
-  workers = worker_processes()
   for manager in _service_managers():
     manager._stub, manager._process = None, None  # pylint: disable=protected-access
+  return _terminate(worker_processes(), timeout)
+
+
+def _terminate(workers: list[psutil.Process], timeout: float = 5.0) -> int:
   for w in workers:
     try:
       w.terminate()
@@ -146,11 +149,13 @@ def limit_concurrent_slots(limit: int) -> None:
 
 
 def _at_exit() -> None:
-  # TFF's ServiceManager.__del__ would try to stop the worker while the interpreter tears modules
-  # down, and print a traceback to stderr; its workers are ours to stop.
+  # Stops the workers without touching TFF's managers: dropping their gRPC stubs while the
+  # interpreter shuts down is what gRPC does not survive.
+  _terminate(worker_processes())
+  # TFF's ServiceManager.__del__ would try to stop the (stopped) worker while the interpreter tears
+  # modules down, and print a traceback to stderr; its workers are ours to stop.
   for manager in _service_managers():
     type(manager).__del__ = lambda self: None
-  stop_workers()
 
 
 def _exit_on_signal(signum, frame):  # pylint: disable=unused-argument
