@@ -97,7 +97,9 @@ class SiameseClientState(client_state_lib.ClientState):
     rounds      how many rounds the client has taken part in (0: a new client)
     online      its online network after its last local training (the exchanged tensors; FedU and
                 FedEMA only)
-    target      its BYOL target network (all the model's tensors; SSL methods with a target only)
+    target      its BYOL target / MoCo momentum network (all the model's tensors; SSL methods with
+                one only)
+    queue       MoCo's queue of negative keys (MoCo only)
     scale       FedEMA's autoscaler lambda_k (0 until set)
     divergence  d at the start of its last round ("paper") or of its last local training ("code")
     mu          the weight of its own online network at the start of its last round (FedEMA's mu;
