@@ -31,6 +31,7 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl.data import AugmentConfig
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import common, fedavg, grouping, layerwise, ssl_model
+from tff_ssl.federated import runner as runner_lib
 from tff_ssl.federated import dcco as dcco_lib
 from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
@@ -483,48 +484,101 @@ def format_aggregation_table(rows: list[dict]) -> str:
 
 # -- What a client pays per stage of layer-wise training (LW-FedSSL's claim) --------------------------
 
+# The rows of LW-FedSSL's cost comparison: (name, --method, --ssl). FLL is SimCLR-based (the paper).
+LAYERWISE_ROWS = (("FedMoCo", "fedavg", "mocov3"), ("FedMoCo-LW", "fedmoco_lw", "mocov3"),
+                  ("FLL + DD", "fll_dd", "simclr"), ("Prog-FedSSL", "prog_fedssl", "mocov3"),
+                  ("LW-FedSSL", "lw_fedssl", "mocov3"))
+
+
 def layerwise_costs(encoder: str = "vit_mini", image_shape=(28, 28, 1), *, patch_size: int = 7,
                     batch: int = 32, projector=(256, 256, 64), predictor=(256, 64),
-                    width: float = 1.0, depth: int = 0, seed: int = 0) -> list[dict]:
-  """Per stage s of a ViT's blocks: a client's download and upload (bytes, from the TFF types) and one
-  local MoCo v3 step's float operations on `batch` images (from the graph), for end-to-end training
-  (FedMoCo: the whole model every stage), layer-wise (FedMoCo-LW) and progressive (Prog-FedSSL)."""
-  config = ExperimentConfig(method="fedavg", ssl="mocov3", encoder=encoder, patch_size=patch_size,
-                            projector=tuple(projector), predictor=tuple(predictor),
-                            temperature=0.2, width=width, seed=seed)
-  fedavg_config = fedavg.process_config(config)[0]
+                    width: float = 1.0, depth: int = 0, seed: int = 0, memory: bool = False,
+                    rows=LAYERWISE_ROWS) -> list[dict]:
+  """Per method and stage s of a ViT's blocks, what one client pays in a round: its download (the
+  stage model the simulation broadcasts, and what a client that took part in every round needs: the
+  trained tensors, or the whole stage model where the server changes the frozen blocks) and upload
+  (bytes, from the TFF types), one local step's float operations on `batch` images (from the graph;
+  FLL + DD: the expectation over its keep draws, from the graphs of every frozen block kept and of
+  none) and, with `memory`, the step's measured peak memory (`cost.peak_memory`, every block kept).
+  End-to-end FedMoCo trains the whole model in every stage."""
+  image_shape = tuple(image_shape)
   depth = depth or models.VITS[encoder].depth
-  images = np.random.default_rng(seed).integers(0, 256, (batch,) + tuple(image_shape), np.uint8)
-
-  def measure(depth_s, trained):
+  images = np.random.default_rng(seed).integers(0, 256, (batch,) + image_shape, np.uint8)
+  out = []
+  for name, method, ssl in rows:
+    config = ExperimentConfig(
+        method=method, ssl=ssl, encoder=encoder, patch_size=patch_size, depth=depth,
+        projector=tuple(projector), predictor=tuple(predictor), temperature=0.2, width=width,
+        rounds=depth, server_optimizer="sgd", server_learning_rate=1.0,
+        server_lr_schedule="constant", seed=seed)
     tf.keras.utils.set_random_seed(seed)
-    model = FunctionalModel(ssl_model.ssl_model_builder(
-        dataclasses.replace(config, depth=depth_s), tuple(image_shape)))
-    mask = common.TensorMask.from_names(model.names, trained)
-    return cost.local_step_cost(model, mask, fedavg_config, images)
+    model = FunctionalModel(ssl_model.ssl_model_builder(config, image_shape))
+    process = runner_lib.build_process(config, model, image_shape)
+    for s in range(1, depth + 1):
+      if isinstance(process, layerwise.LayerwiseProcess):
+        stage_model, mask = process.stage_models[s - 1], process.stage_mask(s)
+        cfg, refresh = process.stage_config(s), process.refreshes_frozen
+      else:  # End to end: the whole model in every stage.
+        stage_model, mask, cfg, refresh = model, process.mask, process.config, True
+      c = cost.local_step_cost(stage_model, mask, cfg, images, memory=memory)
+      if cfg.depth_dropout and cfg.droppable_blocks:
+        none = cost.local_step_cost(stage_model, mask, cfg, images,
+                                    keep=(False,) * cfg.droppable_blocks)["step_flops"]
+        c["step_flops"] = int(round(none + (1 - cfg.depth_dropout) * (c["step_flops"] - none)))
+      c["kept_download_bytes"] = c["download_bytes"] if refresh else c["trained_bytes"]
+      out.append({"method": name, "stage": s, **c})
+  e2e = {r["stage"]: r for r in out if r["method"] == rows[0][0]}
+  for r in out:
+    ref = e2e[r["stage"]]
+    for key in ("download_bytes", "kept_download_bytes", "upload_bytes", "step_flops") + (
+        ("step_peak_bytes",) if memory else ()):
+      r[key.replace("_bytes", "").replace("step_", "") + "_ratio"] = r[key] / ref[key]
+  return out
 
-  end_to_end = measure(depth, lambda n: True)
-  rows = []
-  for s in range(1, depth + 1):
-    rows.append({"method": "FedMoCo (end-to-end)", "stage": s, **end_to_end})
-    for name, schedule in (("FedMoCo-LW", "layerwise"), ("Prog-FedSSL", "progressive")):
-      rows.append({"method": name, "stage": s,
-                   **measure(s, lambda n, s=s, schedule=schedule: layerwise.trained(n, s, schedule))})
-  for r in rows:
-    r["flops_ratio"] = r["step_flops"] / end_to_end["step_flops"]
-    r["upload_ratio"] = r["upload_bytes"] / end_to_end["upload_bytes"]
-  return rows
+
+def layerwise_totals(rows: list[dict]) -> list[dict]:
+  """Per method, over a run of equal stages: total download (of a client in every round), upload
+  and local FLOPs, and the peak memory of the worst stage, each beside end-to-end's (the first
+  method's) as the paper's "x lower" ratios."""
+  methods_, out = list(dict.fromkeys(r["method"] for r in rows)), []
+  for m in methods_:
+    mine = [r for r in rows if r["method"] == m]
+    t = {"method": m, "download_bytes": sum(r["kept_download_bytes"] for r in mine),
+         "upload_bytes": sum(r["upload_bytes"] for r in mine),
+         "flops": sum(r["step_flops"] for r in mine)}
+    if "step_peak_bytes" in mine[0]:
+      t["peak_bytes"] = max(r["step_peak_bytes"] for r in mine)
+    out.append(t)
+  for t in out:
+    for key in [k for k in t if k != "method"]:
+      t[key + "_lower"] = out[0][key] / t[key]
+  return out
 
 
 def format_layerwise_table(rows: list[dict], batch: int) -> str:
-  lines = [f"A client's cost per stage: download and upload per round (MB, from the TFF types: the "
-           f"simulation broadcasts the stage's whole model), one local step on {batch} images "
-           f"(GFLOPs, from the graph; elementwise ops TF does not count: "
-           f"{', '.join(rows[0]['uncounted_ops']) or 'none'}).", "",
-           "| method | stage | download MB | upload MB | ÷ end-to-end | step GFLOPs | ÷ end-to-end |",
-           "|---|---|---|---|---|---|---|"]
+  memory = "step_peak_bytes" in rows[0]
+  lines = [f"A client's cost per round of stage s: download (MB, from the TFF types: the stage model "
+           f"the simulation broadcasts, and what a client in every round needs), upload (MB), one "
+           f"local step on {batch} images (GFLOPs, from the graph; elementwise ops TF does not "
+           f"count: {', '.join(rows[0]['uncounted_ops']) or 'none'})"
+           + (", its measured peak memory above the weights (MB)" if memory else "") + ".", "",
+           "| method | stage | broadcast MB | needed MB | upload MB | ÷ end-to-end | step GFLOPs | "
+           "÷ end-to-end |" + (" step peak MB | ÷ end-to-end |" if memory else ""),
+           "|---|---|---|---|---|---|---|---|" + ("---|---|" if memory else "")]
   for r in rows:
     lines.append(f"| {r['method']} | {r['stage']} | {r['download_bytes'] / 2**20:.2f} | "
+                 f"{r['kept_download_bytes'] / 2**20:.2f} | "
                  f"{r['upload_bytes'] / 2**20:.2f} | {r['upload_ratio']:.2f} | "
-                 f"{r['step_flops'] / 1e9:.3f} | {r['flops_ratio']:.2f} |")
+                 f"{r['step_flops'] / 1e9:.3f} | {r['flops_ratio']:.2f} |" +
+                 (f" {r['step_peak_bytes'] / 2**20:.1f} | {r['peak_ratio']:.2f} |" if memory else ""))
+  totals = layerwise_totals(rows)
+  lines += ["", "Over a run of equal stages, end-to-end's total (peak) ÷ the method's: how many "
+            "times lower (the paper's headline form).", "",
+            "| method | download × lower | upload × lower | FLOPs × lower |" +
+            (" peak memory × lower |" if memory else ""), "|---|---|---|---|" +
+            ("---|" if memory else "")]
+  for t in totals:
+    lines.append(f"| {t['method']} | {t['download_bytes_lower']:.2f} | "
+                 f"{t['upload_bytes_lower']:.2f} | {t['flops_lower']:.2f} |" +
+                 (f" {t['peak_bytes_lower']:.2f} |" if memory else ""))
   return "\n".join(lines)

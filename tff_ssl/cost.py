@@ -4,9 +4,12 @@ floating-point operations of a TensorFlow function from its graph.
   message_bytes(type)     the size of a (nested) TFF type's tensors: what a computation whose
                           parameter or result has that type sends (e.g. the broadcast model, the
                           upload); unknown dimensions are an error, not a guess
-  graph_flops(fn, specs)  TF's profiler's count of the float operations in `fn`'s graph for inputs of
-                          `specs`: 2 M N K for a matmul, per-element ops counted once (TF's
-                          conventions); the ops TF registers no count for are listed, not assumed free
+  graph_flops(fn, specs)  TF's registered count (its profiler's) of the float operations in `fn`'s graph for inputs of
+                          `specs` (the ops its outputs depend on): 2 M N K for a matmul, per-element
+                          ops counted once (TF's conventions); the ops TF registers no count for are
+                          listed, not assumed free
+  peak_memory(fn, args)   the resident memory a call of `fn` adds at its peak, measured by the kernel
+                          (VmHWM after resetting it), with large allocations given back on free
 
 TF registers no count for `Einsum` (Keras' attention layers and `EinsumDense` are einsums); it is
 registered here from the graph's own shapes: 2 x (the product of every index's size) when an index is
@@ -15,6 +18,7 @@ summed over, the product alone otherwise (the convention of TF's MatMul count).
 
 from __future__ import annotations
 
+import os
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,6 +27,7 @@ import tensorflow_federated as tff
 from tensorflow.python.framework import graph_util, ops  # pylint: disable=no-name-in-module
 
 from tff_ssl.federated import common, fedavg
+from tff_ssl.models import vit
 
 
 def message_bytes(value_type) -> int:
@@ -72,12 +77,21 @@ def graph_flops(fn: Callable, specs: Sequence[tf.TensorSpec]) -> tuple[int, list
   """(float operations of one call of `fn` on inputs of `specs`, the op types in its graph that TF
   counts nothing for). Nested function calls and loops are not descended into: trace one step."""
   graph = tf.function(fn).get_concrete_function(*specs).graph
-  options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
-  options["output"] = "none"
-  report = tf.compat.v1.profiler.profile(graph, options=options)
-  uncounted = sorted({op.type for op in graph.get_operations()
+  # Only the ops the outputs depend on (e.g. not the heads of a model run for its features alone),
+  # each counted by its registered statistic, as TF's profiler counts them.
+  needed, todo = set(), [t.op for t in graph.outputs]
+  while todo:
+    op = todo.pop()
+    if op.name not in needed:
+      needed.add(op.name)
+      todo.extend(t.op for t in op.inputs)
+      todo.extend(op.control_inputs)
+  counted = [op for op in graph.get_operations() if op.name in needed]
+  total = sum(int(ops.get_stats_for_node_def(graph, op.node_def, "flops").value or 0)
+              for op in counted)
+  uncounted = sorted({op.type for op in counted
                       if op.type in _ELEMENTWISE_MATH and not _counted(op.type)})
-  return int(report.total_float_ops), uncounted
+  return total, uncounted
 
 
 def _counted(op_type: str) -> bool:
@@ -97,35 +111,93 @@ _ELEMENTWISE_MATH = ("Erf", "Tanh", "Exp", "Log", "Sqrt", "Rsqrt", "Square", "Po
                      "SparseSoftmaxCrossEntropyWithLogits", "ReluGrad", "Select", "SelectV2", "Abs")
 
 
-def local_step_cost(model, mask, fedavg_config, images: np.ndarray) -> dict:
-  """What one client pays for one local step of FedAvg-style SSL training of `model`'s tensors in
-  `mask` on `images` ([N, H, W, C] uint8): the bytes it downloads (the process's broadcast type: every
-  tensor of the model) and uploads (its upload type: the trained tensors' Delta), the float
-  operations of the step (two views through the model, the loss, the gradient of the trained
-  tensors; from the graph).
+MMAP_THRESHOLD = 65536  # Bytes: `peak_memory` needs MALLOC_MMAP_THRESHOLD_ at most this.
+# The environment `peak_memory` needs, set before Python starts (`bin/benchmark` restarts itself).
+MEASURING_ENV = {"MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "TF_ENABLE_ONEDNN_OPTS": "0"}
 
-  Peak memory is not here yet: TF's CPU allocator statistics (`get_memory_info("CPU:0")`) leave out
-  allocations below ~256 KB (measured: a 64x64 matmul allocates "0"), which are most of a small
-  ViT's."""
+
+def _status_kb(field: str) -> int:
+  with open("/proc/self/status") as f:
+    for line in f:
+      if line.startswith(field + ":"):
+        return int(line.split()[1])
+  raise OSError(f"/proc/self/status has no {field}")
+
+
+def peak_memory(fn: Callable, *args, repeats: int = 3) -> int:
+  """Bytes of resident memory a call `fn(*args)` adds at its peak: the kernel's high-water mark
+  (VmHWM), reset just before the call (/proc/self/clear_refs), minus the resident memory then; the
+  smallest of `repeats` calls after a first one (which traces and warms up).
+
+  Freed memory must go back to the kernel, or a second call reuses it unseen. Two settings of the
+  environment, made before Python starts (`MEASURING_ENV`), do that: TF_ENABLE_ONEDNN_OPTS=0, as
+  oneDNN's CPU allocator keeps a pool it never returns (measured: a call holding 16 MB of tensors
+  shows 0 bytes with it on), so TF's tensors come from glibc's malloc; and MALLOC_MMAP_THRESHOLD_,
+  which makes glibc serve every allocation of at least that size (TF's tensors of a local step are
+  larger) by mmap, given back on free. Without them this raises; `bin/benchmark` sets them. The
+  kernels measured are then TF's own (Eigen), not oneDNN's."""
+  threshold = os.environ.get("MALLOC_MMAP_THRESHOLD_")
+  if (threshold is None or int(threshold) > MMAP_THRESHOLD or
+      os.environ.get("TF_ENABLE_ONEDNN_OPTS") != "0"):
+    raise RuntimeError(f"peak_memory needs freed tensors given back to the kernel: start Python with "
+                       f"MALLOC_MMAP_THRESHOLD_={MMAP_THRESHOLD} TF_ENABLE_ONEDNN_OPTS=0 in its "
+                       f"environment (got {threshold}, "
+                       f"{os.environ.get('TF_ENABLE_ONEDNN_OPTS')})")
+  fn(*args)
+  peaks = []
+  for _ in range(repeats):
+    with open("/proc/self/clear_refs", "w") as f:
+      f.write("5")  # Resets VmHWM to the current resident set.
+    before = _status_kb("VmRSS")
+    out = fn(*args)
+    tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
+    peaks.append(_status_kb("VmHWM") - before)
+  return 1024 * min(peaks)
+
+
+def local_step(model, mask, fedavg_config, images: np.ndarray, keep=None):
+  """(One local step of a client on `images` as a function of (weights, images, ids): the SSL loss
+  with the method's client terms (`fedavg.client_loss`: LW-FedSSL's alignment) and its gradient
+  with respect to the tensors of `mask`; its input specs). `keep`: a ViT block-keep pattern (tuple of
+  bools, `models.vit.block_keep`) the forward passes run under (FLL's depth dropout)."""
   method = fedavg_config.method
   n = len(images)
-  ids = np.arange(n, dtype=np.int64)
   seed = common.round_seed(fedavg_config.seed, 0)
 
   def step(weights, images, ids):
     trained = mask.select(list(weights))
     v1, v2 = common.views({"images": images, "ids": ids}, seed, fedavg_config.augment)
-    with tf.GradientTape() as tape:
+    with vit.block_keep(keep), tf.GradientTape() as tape:
       tape.watch(trained)
       outputs = fedavg.view_outputs(
           model, method, mask.merge(trained, list(weights)), None, v1, v2,
           fedavg.initial_ssl_state(model, fedavg_config).get("queue"))
-      loss = method.loss(outputs, fedavg_config)
+      loss = fedavg.client_loss(model, fedavg_config, outputs, list(weights), v2)
     return loss, tape.gradient(loss, trained)
 
   specs = ([tf.TensorSpec(s.shape, s.dtype) for s in model.weight_specs],
            tf.TensorSpec(images.shape, tf.uint8), tf.TensorSpec([n], tf.int64))
+  return step, specs
+
+
+def local_step_cost(model, mask, fedavg_config, images: np.ndarray, *, keep=None,
+                    memory: bool = False) -> dict:
+  """What one client pays for one local step of FedAvg-style SSL training of `model`'s tensors in
+  `mask` on `images` ([N, H, W, C] uint8): the bytes it downloads (the process's broadcast type: every
+  tensor of the model), the bytes of the trained tensors (what a client that kept the frozen ones
+  needs), the bytes it uploads (its upload type: the trained tensors' Delta), the float operations
+  of the step (`local_step`: two views through the model, the loss, the gradient of the trained
+  tensors; from the graph) and, with `memory`, the step's measured peak memory above the model's
+  weights (`peak_memory`)."""
+  step, specs = local_step(model, mask, fedavg_config, images, keep)
   flops, uncounted = graph_flops(step, specs)
-  return {"download_bytes": message_bytes(common.weights_type(model)),
-          "upload_bytes": message_bytes(common.tensors_type(mask.select(model.weight_specs))),
-          "step_flops": flops, "uncounted_ops": uncounted}
+  trained = message_bytes(common.tensors_type(mask.select(model.weight_specs)))
+  out = {"download_bytes": message_bytes(common.weights_type(model)),
+         "trained_bytes": trained, "upload_bytes": trained, "step_flops": flops,
+         "uncounted_ops": uncounted}
+  if memory:
+    compiled = tf.function(step).get_concrete_function(*specs)
+    weights = [tf.constant(w) for w in model.initial_weights]
+    out["step_peak_bytes"] = peak_memory(
+        compiled, weights, tf.constant(images), tf.constant(np.arange(len(images), dtype=np.int64)))
+  return out

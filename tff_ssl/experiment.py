@@ -111,6 +111,13 @@ class ExperimentConfig:
   # and the factor phi of the relaxed layers' interval.
   fedlama_interval: int = 1
   fedlama_phi: int = 2
+  # Layer-wise methods (tff_ssl/federated/layerwise.py). LW-FedSSL: the fraction of the training
+  # images the server holds for its calibration (unlabeled, never a client's) and the weight beta of
+  # the clients' representation alignment; FLL + DD: the probability that a frozen block is dropped
+  # at a local step.
+  auxiliary_fraction: float = 0.1
+  alignment_weight: float = 0.01
+  depth_dropout: float = 0.5
   server_optimizer: str = "adam"
   server_learning_rate: float = 2e-3
   # "cosine": decayed to 0 over the rounds (DCCO); "constant" (FedAvg's server step of 1).

@@ -45,6 +45,9 @@ class Method:
     `FunctionalModel`, with `initialize()` and `next(state, clients, *, client_ids, store)`.
   min_samples(config): the fewest images a client can train on.
   divergence_hint(config): what to change when the loss became NaN (appended to the error).
+  auxiliary: the method's server trains on unlabeled images of its own (LW-FedSSL's calibration):
+    the runner holds `config.auxiliary_fraction` of the training images out of the clients' data
+    and passes them to `build(..., auxiliary={"images": ..., "ids": ...})`.
   """
 
   name: str
@@ -56,11 +59,15 @@ class Method:
   build: Callable[..., Any] | None = None
   min_samples: Callable[[Any], int] = lambda config: 1
   divergence_hint: Callable[[Any], str] | None = None
+  auxiliary: bool = False
 
   def __post_init__(self):
     if self.kind not in KINDS:
       raise ValueError(f"method {self.name!r}: unknown kind {self.kind!r}; choose one of "
                        f"{list(KINDS)}")
+    if self.auxiliary and "auxiliary_fraction" not in self.fields:
+      raise ValueError(f"method {self.name!r}: a method with an auxiliary split reads "
+                       f"auxiliary_fraction (add it to its fields)")
     if (self.kind == "federated") != (self.build is not None):
       raise ValueError(f"method {self.name!r}: a federated method needs `build` (and only it)")
     unknown = [s for s in self.ssl if s not in ssl_lib.SSL_METHODS]

@@ -9,6 +9,8 @@
   fedlama      FedLAMA (L-DAWA's EUC): layer-wise aggregation intervals (tff_ssl/federated/fedlama.py)
   fedmoco_lw   FedMoCo-LW: ViT block s trained in stage s             (tff_ssl/federated/fedmoco_lw.py)
   prog_fedssl  Prog-FedSSL: ViT blocks 1..s trained in stage s        (tff_ssl/federated/prog_fedssl.py)
+  lw_fedssl    LW-FedSSL: FedMoCo-LW + server calibration + alignment (tff_ssl/federated/lw_fedssl.py)
+  fll_dd       FLL + depth dropout: FedMoCo-LW, frozen blocks skipped (tff_ssl/federated/fll_dd.py)
   centralized  pretraining on the pooled data (the upper bound)      (tff_ssl/training/)
   supervised   training from scratch on the labeled fraction         (tff_ssl/evaluation/)
 
@@ -19,7 +21,7 @@ Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).feder
 from __future__ import annotations
 
 from tff_ssl.federated import (dcco, fedavg, fedbyol, fedema, fedlama, fedmoco, fedmoco_lw, fedu,
-                               prog_fedssl)
+                               fll_dd, lw_fedssl, prog_fedssl)
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.training import centralized
 
@@ -37,6 +39,8 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     fedlama.METHOD,
     fedmoco_lw.METHOD,
     prog_fedssl.METHOD,
+    lw_fedssl.METHOD,
+    fll_dd.METHOD,
     centralized.METHOD,
     SUPERVISED,
 )}

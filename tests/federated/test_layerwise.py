@@ -1,14 +1,20 @@
 """Layer-wise and progressive stages over a ViT's blocks: the schedule by hand; through whole rounds,
 frozen blocks bit-identical across a stage, later blocks untouched, block s starting from block s - 1,
-the upload holding only the stage's trained tensors (its bytes from the TFF type)."""
+the upload holding only the stage's trained tensors (its bytes from the TFF type). LW-FedSSL: the
+auxiliary split out of the clients' data, calibration changing only the server's copy, the
+alignment term against NumPy. FLL + DD: a skipped block is the identity; stage 1 (nothing frozen)
+is FedMoCo-LW's, later stages are not."""
+
+import dataclasses
 
 import numpy as np
 import pytest
 
-from tff_ssl import cost
+from tff_ssl import cost, losses
 from tff_ssl.data import synthetic
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.federated import common, layerwise, runner
+from tff_ssl.federated import common, fedavg, layerwise, runner
+from tff_ssl.models import vit
 from tff_ssl.federated.functional import FunctionalModel
 
 import tensorflow as tf
@@ -37,12 +43,13 @@ def config(method, **fields):
       "server_learning_rate": 1.0, "server_lr_schedule": "constant", "seed": 0, **fields})
 
 
-def run(method):
-  cfg = config(method)
+def run(method, **fields):
+  cfg = config(method, **fields)
   train = synthetic("train", num_examples=24, seed=0)
   tf.keras.utils.set_random_seed(0)
   model = FunctionalModel(runner.ssl_model_builder(cfg, train.image_shape))
-  process = runner.build_process(cfg, model, train.image_shape)
+  aux = common.client_inputs(train.images[12:18], np.arange(12, 18))  # No client's.
+  process = runner.build_process(cfg, model, train.image_shape, aux)
   clients = [common.client_inputs(train.images[i:i + 4], np.arange(i, i + 4)) for i in (0, 4, 8)]
   states = [process.initialize()]
   for _ in range(4):
@@ -119,3 +126,128 @@ def test_bad_settings_name_the_value():
   model = FunctionalModel(runner.ssl_model_builder(cfg, train.image_shape))
   with pytest.raises(ValueError, match="encoder of numbered blocks"):
     runner.build_process(cfg, model, train.image_shape)
+
+
+def test_the_auxiliary_split_is_seeded_and_no_clients():
+  cfg = config("lw_fedssl", num_clients=10, samples_per_client=8, alpha=1000.0, clients_per_round=2)
+  train = synthetic("train", num_examples=200, seed=0)
+  pool, held = runner.auxiliary_split(cfg, len(train))
+  assert len(held) == 20 and len(pool) == 180 and not set(pool) & set(held)
+  rows = runner.partition(cfg, train)
+  assert not set(np.concatenate([np.asarray(r) for r in rows])) & set(held)
+  np.testing.assert_array_equal(runner.auxiliary_split(cfg, len(train))[1], held)
+  assert not np.array_equal(runner.auxiliary_split(config("lw_fedssl", seed=1), 200)[1], held)
+  # Methods without calibration keep every image for the clients.
+  assert len(runner.auxiliary_split(config("fedmoco_lw"), 200)[1]) == 0
+  with pytest.raises(ValueError, match="auxiliary_fraction must be in"):
+    config("lw_fedssl", auxiliary_fraction=1.0)
+  with pytest.raises(ValueError, match="auxiliary_fraction 0.001 of 200 images gives the server 0"):
+    runner.auxiliary_split(config("lw_fedssl", auxiliary_fraction=0.001), 200)
+  with pytest.raises(ValueError, match="--auxiliary_fraction is not used by method 'fedmoco_lw'"):
+    config("fedmoco_lw").check_fields_for_method({"auxiliary_fraction"})
+
+
+def test_alignment_term_against_numpy():
+  rng = np.random.default_rng(0)
+  local, glob = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))
+  l = local / np.linalg.norm(local, axis=1, keepdims=True)
+  g = glob / np.linalg.norm(glob, axis=1, keepdims=True)
+  logits = l @ g.T / 0.2
+  top = logits.max(1, keepdims=True)
+  want = np.mean(np.log(np.exp(logits - top).sum(1)) + top[:, 0] - np.diag(logits))
+  got = float(losses.alignment_loss(tf.constant(local, tf.float32), tf.constant(glob, tf.float32),
+                                    0.2))
+  assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_client_loss_adds_beta_times_alignment_of_local_and_broadcast_features():
+  cfg = config("lw_fedssl", depth=1)
+  train = synthetic("train", num_examples=4, seed=0)
+  tf.keras.utils.set_random_seed(0)
+  model = FunctionalModel(runner.ssl_model_builder(cfg, train.image_shape, features=True))
+  fcfg = fedavg.FedAvgSSLConfig(ssl="mocov3", temperature=0.2, alignment_weight=0.01)
+  v1, v2 = common.views(common.client_inputs(train.images, np.arange(4)), np.array([0, 0]),
+                        fcfg.augment)
+  start = [tf.constant(w) for w in model.initial_weights]
+  moved = [w + 0.01 * tf.random.stateless_normal(w.shape, [1, i]) for i, w in enumerate(start)]
+  for local in (start, moved):  # local = global (a client's first step), then apart.
+    out = fedavg.view_outputs(model, fcfg.method, local, None, v1, v2)
+    glob = model(start, v2)[-1].numpy()
+    h1 = out.h1.numpy()
+    l = h1 / np.linalg.norm(h1, axis=1, keepdims=True)
+    g = glob / np.linalg.norm(glob, axis=1, keepdims=True)
+    logits = l @ g.T / 0.2
+    align = np.mean(np.log(np.exp(logits).sum(1)) - np.diag(logits))
+    want = float(fcfg.method.loss(out, fcfg)) + 0.01 * align
+    assert float(fedavg.client_loss(model, fcfg, out, start, v2)) == pytest.approx(want, rel=1e-5)
+    if local is start:  # The global representations are the local ones of view 2.
+      np.testing.assert_allclose(glob, out.h2.numpy(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def lw_fedssl_run():
+  return run("lw_fedssl")
+
+
+def test_calibration_changes_only_the_servers_copy(lw_fedssl_run):
+  process, model, states = lw_fedssl_run
+  cfg = config("lw_fedssl")
+  # The same process without calibration, from LW-FedSSL's state at stage 2's first round.
+  plain = layerwise.LayerwiseProcess(
+      cfg, model, process.image_shape,
+      layerwise.LayerwiseConfig(calibration=False, alignment=True),
+      lambda s: runner.ssl_model_builder(dataclasses.replace(cfg, depth=s), process.image_shape,
+                                         features=True))
+  train = synthetic("train", num_examples=24, seed=0)
+  clients = [common.client_inputs(train.images[i:i + 4], np.arange(i, i + 4)) for i in (0, 4, 8)]
+  uncalibrated, plain_metrics = plain.next(states[2], clients)
+  calibrated, metrics = process.next(states[2], clients)
+  # The clients' side is untouched: same losses, and the round's aggregate leaves block 1 frozen...
+  assert plain_metrics["loss"] == metrics["loss"]
+  np.testing.assert_array_equal(np.concatenate([t.ravel() for t in tensors(model, [uncalibrated], 0, 1)]),
+                                np.concatenate([t.ravel() for t in tensors(model, states, 2, 1)]))
+  # ...and the server's copy is that aggregate after the calibration's training of blocks 1..2 and
+  # the heads on the auxiliary images.
+  names = process.stage_models[1].names
+  index = {n: i for i, n in enumerate(model.names)}
+  want, _ = process.calibrator(2)([uncalibrated.weights[index[n]] for n in names],
+                                  common.round_seed(0, 2), process.auxiliary["images"],
+                                  process.auxiliary["ids"])
+  for n, w in zip(names, want):
+    np.testing.assert_array_equal(calibrated.weights[index[n]], np.asarray(w))
+  assert any(not np.array_equal(a, b) for a, b in zip(tensors(model, [calibrated], 0, 1),
+                                                      tensors(model, states, 2, 1)))
+  assert np.isfinite(metrics["aggregation"]["calibration_loss"])
+  # The clients upload block 2 and the heads only (block 1 is the server's to calibrate).
+  assert not any(n.startswith("encoder/block1_") for n in process.process(2).mask.select(names))
+
+
+def test_a_skipped_block_is_the_identity():
+  shape = (28, 28, 1)
+  tf.keras.utils.set_random_seed(0)
+  two = FunctionalModel(lambda: vit.build_vit("vit_mini", shape, depth=2, patch_size=7, width=0.5))
+  one = FunctionalModel(lambda: vit.build_vit("vit_mini", shape, depth=1, patch_size=7, width=0.5))
+  w = dict(zip(two.names, two.initial_weights))
+  # The one-block model with the two-block model's block 2 as its block 1.
+  w1 = [w[n.replace("block1_", "block2_")] for n in one.names]
+  x = tf.random.stateless_uniform((3,) + shape, [0, 1])
+  with vit.block_keep(tf.constant([False])):
+    skipped = two(two.initial_weights, x)
+  np.testing.assert_allclose(skipped.numpy(), one(w1, x).numpy(), rtol=1e-6, atol=1e-6)
+  with vit.block_keep(tf.constant([True])):
+    np.testing.assert_array_equal(two(two.initial_weights, x).numpy(),
+                                  two(two.initial_weights, x).numpy())
+
+
+def test_depth_dropout_drops_only_frozen_blocks(layerwise_run):
+  _, model, lw_states = layerwise_run
+  _, _, dd_states = run("fll_dd")
+  # Stage 1 has no frozen block: FLL + DD's rounds are FedMoCo-LW's.
+  for r in (1, 2):
+    for a, b in zip(dd_states[r].weights, lw_states[r].weights):
+      np.testing.assert_array_equal(a, b)
+  # Stage 2 skips block 1 at some local steps: block 2 trains otherwise.
+  assert any(not np.array_equal(a, b) for a, b in zip(tensors(model, dd_states, 4, 2),
+                                                      tensors(model, lw_states, 4, 2)))
+  for a, b in zip(tensors(model, dd_states, 4, 1), tensors(model, dd_states, 2, 1)):
+    np.testing.assert_array_equal(a, b)  # Frozen all the same.

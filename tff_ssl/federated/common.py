@@ -161,16 +161,28 @@ def round_seed(seed: int, round_num: int) -> np.ndarray:
   return np.array([seed, round_num], np.int64)
 
 
-CLIENT_OPTIMIZERS = ("sgd", "sgdm")
+CLIENT_OPTIMIZERS = ("sgd", "sgdm", "adamw")
 
 
-def client_optimizer(name: str, learning_rate: float) -> tff.learning.optimizers.Optimizer:
-  """The clients' local optimizer: plain gradient descent ("sgd", the papers' choice, and what
-  DCCO's equivalence needs) or SGD with momentum 0.9 ("sgdm"), restarted every round."""
+def client_optimizer(name: str, learning_rate: float,
+                     weight_decay: float = 0.0) -> tff.learning.optimizers.Optimizer:
+  """The clients' local optimizer, restarted every round: plain gradient descent ("sgd", the
+  papers' choice, and what DCCO's equivalence needs), SGD with momentum 0.9 ("sgdm"), or AdamW
+  ("adamw", LW-FedSSL's: TFF's, with `weight_decay` decoupled, w -= lr * (Adam's step + wd * w)).
+  The SGD optimizers take weight decay as coupled L2 in `client_step` (`coupled_weight_decay`)."""
   if name not in CLIENT_OPTIMIZERS:
     raise ValueError(f"unknown client optimizer {name!r}; choose one of {list(CLIENT_OPTIMIZERS)}")
+  if name == "adamw":
+    return tff.learning.optimizers.build_adamw(learning_rate=learning_rate,
+                                               weight_decay=weight_decay)
   return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
                                             momentum=0.9 if name == "sgdm" else None)
+
+
+def coupled_weight_decay(name: str, weight_decay: float) -> float:
+  """The L2 term `client_step` adds to the gradients: the weight decay of the SGD optimizers;
+  AdamW's is decoupled, inside the optimizer."""
+  return 0.0 if name == "adamw" else weight_decay
 
 
 def client_step(optimizer: tff.learning.optimizers.Optimizer, opt_state, trained: list, loss_of,
@@ -204,13 +216,14 @@ def local_training(weights, steps: int, optimizer: str, learning_rate: float, lo
   mask = mask or TensorMask.all(len(full))
   initial = mask.select(full)
   current = list(initial)
-  local_opt = client_optimizer(optimizer, learning_rate)
+  local_opt = client_optimizer(optimizer, learning_rate, weight_decay)
   opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
   step_losses = []
   for step in range(steps):
     opt_state, current, loss = client_step(
         local_opt, opt_state, current,
-        lambda trained, step=step: loss_of(mask.merge(trained, full), step), weight_decay)
+        lambda trained, step=step: loss_of(mask.merge(trained, full), step),
+        coupled_weight_decay(optimizer, weight_decay))
     step_losses.append(loss)
     if after_step is not None:
       after_step(mask.merge(current, full))

@@ -23,6 +23,7 @@ takes its images as one tensor, makes two views and needs no labels.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 from typing import Sequence
 
@@ -39,8 +40,10 @@ from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.method import FEDERATED_FIELDS, Method
+from tff_ssl.models import vit
 
 DEFAULT_TARGET_DECAY = 0.99  # BYOL's target EMA within local training (FedEMA's setting).
+DEPTH_DROPOUT_KEY = 0xDD  # Folded into a local step's seed: its blocks' keep draws.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +53,15 @@ class FedAvgSSLConfig:
   local_steps: local epochs; with local_batch_size = 0 (the whole client as one batch) an epoch is
     one step. With local_batch_size = B > 0 an epoch is floor(N_k / B) steps over a fresh shuffle
     (a last partial batch is dropped, as SSL training loaders do, unless it is the client's only one).
-  client_weight_decay: coupled L2 weight decay on the client's gradients (the L-DAWA paper: 1e-4).
+  client_weight_decay: weight decay of the client optimizer: coupled L2 on the gradients with SGD
+    (the L-DAWA paper: 1e-4), decoupled with AdamW (LW-FedSSL: 1e-5).
+  alignment_weight: beta > 0 adds LW-FedSSL's representation alignment to the client's loss,
+    beta * InfoNCE(local encoder on view 1, broadcast (global) encoder on view 2)
+    (`losses.alignment_loss`); the model must output its encoder's features last
+    (`ssl_model.ssl_model_builder(..., features=True)`).
+  depth_dropout, droppable_blocks: FLL's depth dropout: at each local step each of the ViT encoder's
+    first `droppable_blocks` blocks (the frozen ones) is skipped with probability `depth_dropout`
+    (`models.vit.block_keep`), drawn from the step's seed.
   """
 
   ssl: str = "cco"
@@ -65,9 +76,18 @@ class FedAvgSSLConfig:
   local_batch_size: int = 0
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
   seed: int = 0
+  alignment_weight: float = 0.0
+  depth_dropout: float = 0.0
+  droppable_blocks: int = 0
 
   def __post_init__(self):
     ssl_lib.get(self.ssl)
+    if not 0 <= self.depth_dropout < 1 or self.droppable_blocks < 0:
+      raise ValueError(f"depth_dropout must be in [0, 1) and droppable_blocks >= 0; got "
+                       f"{self.depth_dropout}, {self.droppable_blocks}")
+    if not self.alignment_weight >= 0:
+      raise ValueError(f"alignment_weight must be >= 0 (0: no representation alignment); got "
+                       f"{self.alignment_weight}")
     common.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
     if self.local_batch_size < 0 or self.local_batch_size == 1:
@@ -87,13 +107,40 @@ class FedAvgSSLConfig:
 
 def view_outputs(model: FunctionalModel, method: ssl_lib.SSLMethod, weights, target, v1, v2,
              queue=None) -> ssl_lib.Outputs:
-  """The SSL method's view outputs; `target` None: the online projections stand in (first step)."""
+  """The SSL method's view outputs; `target` None: the online projections stand in (first step).
+  A model with one output more than its heads (`ssl_model_builder(..., features=True)`) gives the
+  encoder's features too (h1, h2)."""
   outs = common.encode_outputs(model, weights, v1, v2)
+  heads = 1 + int(method.predictor)
   (z1, z2), (p1, p2) = outs[0], (outs[1] if method.predictor else (None, None))
+  h1, h2 = outs[heads] if len(outs) > heads else (None, None)
   t1 = t2 = None
   if method.ema_target:
     t1, t2 = (z1, z2) if target is None else common.encode_outputs(model, target, v1, v2)[0]
-  return ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, queue)
+  return ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, queue, h1, h2)
+
+
+def depth_dropout_scope(cfg: "FedAvgSSLConfig", step_seed):
+  """The context of one local step's forward passes: FLL's depth dropout (each droppable block
+  skipped with probability `depth_dropout`, from `step_seed`), or nothing."""
+  if not cfg.depth_dropout or not cfg.droppable_blocks:
+    return contextlib.nullcontext()
+  u = tf.random.stateless_uniform(
+      [cfg.droppable_blocks], tf.random.experimental.stateless_fold_in(step_seed, DEPTH_DROPOUT_KEY))
+  return vit.block_keep(u >= cfg.depth_dropout)
+
+
+def client_loss(model: FunctionalModel, cfg: "FedAvgSSLConfig", outputs: ssl_lib.Outputs, start,
+                v2) -> tf.Tensor:
+  """The client's loss of one step: the SSL method's, plus with `alignment_weight` > 0
+  beta * InfoNCE between the local encoder's features of view 1 and the features the model the
+  client started from (the broadcast, global one: `start`) gives view 2."""
+  loss = cfg.method.loss(outputs, cfg)
+  if not cfg.alignment_weight:
+    return loss
+  global_features = model(list(start), v2, training=True)[-1]
+  return loss + cfg.alignment_weight * losses.alignment_loss(
+      outputs.h1, tf.stop_gradient(global_features), cfg.temperature)
 
 
 def _ema(target, current, decay: float):
@@ -131,9 +178,10 @@ def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask,
   def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
     v1, v2 = common.views(data, step_seed, cfg.augment)
-    carry[1] = view_outputs(model, method, current, carry[0].get("target"), v1, v2,
-                        carry[0].get("queue"))
-    return method.loss(carry[1], cfg)
+    with depth_dropout_scope(cfg, step_seed):
+      carry[1] = view_outputs(model, method, current, carry[0].get("target"), v1, v2,
+                              carry[0].get("queue"))
+      return client_loss(model, cfg, carry[1], weights, v2)
 
   def after_step(current):
     carry[0] = _next_ssl_state(cfg, carry[0], weights, current, carry[1])
@@ -151,7 +199,8 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, 
   of a TFF computation keeps no per-iteration intermediates.
   """
   method = cfg.method
-  opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate)
+  opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate,
+                                cfg.client_weight_decay)
   specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in mask.select(weights))
   # A loop variable cannot be None: the target starts as the start weights.
   ssl_state = {k: (list(weights) if k == "target" and v is None else v)
@@ -171,17 +220,19 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, 
           [n], tf.random.experimental.stateless_fold_in(shuffle_seed, epoch)))
       idx = order[b * batch:(b + 1) * batch]
       client = {"images": tf.gather(images, idx), "ids": tf.gather(ids, idx)}
-      v1, v2 = common.views(client, tf.random.experimental.stateless_fold_in(seed, step),
-                            cfg.augment)
+      step_seed = tf.random.experimental.stateless_fold_in(seed, step)
+      v1, v2 = common.views(client, step_seed, cfg.augment)
       outputs = [None]
 
       def loss_of(trained):
-        outputs[0] = view_outputs(model, method, mask.merge(trained, weights),
-                              ssl_state.get("target"), v1, v2, ssl_state.get("queue"))
-        return method.loss(outputs[0], cfg)
+        with depth_dropout_scope(cfg, step_seed):
+          outputs[0] = view_outputs(model, method, mask.merge(trained, weights),
+                                    ssl_state.get("target"), v1, v2, ssl_state.get("queue"))
+          return client_loss(model, cfg, outputs[0], weights, v2)
 
-      opt_state, new, loss = common.client_step(opt, opt_state, current, loss_of,
-                                                cfg.client_weight_decay)
+      opt_state, new, loss = common.client_step(
+          opt, opt_state, current, loss_of,
+          common.coupled_weight_decay(cfg.client_optimizer, cfg.client_weight_decay))
       ssl_state = _next_ssl_state(cfg, ssl_state, weights, mask.merge(new, weights), outputs[0])
       first = tf.where(tf.equal(step, 0), loss, first)  # (`==` is identity in TFF's graphs.)
       return step + 1, new, ssl_state, opt_state, first, loss_sum + loss
@@ -257,9 +308,14 @@ class FedAvgSSLProcess(common.ServerLoop):
     self.simulation = simulation
     self.client_state = client_state
     cfg, method, mask = config, config.method, self.mask
-    if method.predictor and len(model.output_dims) != 2:
-      raise ValueError(f"{method.name} needs a model with a predictor head (outputs: projection, "
-                       f"prediction); this one has {len(model.output_dims)} output(s)")
+    outputs = 1 + int(method.predictor) + int(config.alignment_weight > 0)
+    if len(model.output_dims) < outputs:
+      raise ValueError(
+          f"{method.name}{' with representation alignment' if config.alignment_weight else ''} "
+          f"needs a model with {outputs} output(s) (projection"
+          f"{', prediction' if method.predictor else ''}"
+          f"{', encoder features' if config.alignment_weight else ''}); this one has "
+          f"{len(model.output_dims)}")
     w_type = common.weights_type(model)
     specs = self.trained_specs
     u_type = common.tensors_type(specs)  # The upload: the trained tensors' Delta_k.
@@ -301,7 +357,8 @@ class FedAvgSSLProcess(common.ServerLoop):
     agg_state_type = aggregator.initialize.type_signature.result
     batched = (simulation.grouped and simulation.batch_one_step and cfg.local_steps == 1 and
                not cfg.local_batch_size and not factory.needs_client_updates and
-               client_state is None)
+               client_state is None and not cfg.alignment_weight and
+               not (cfg.depth_dropout and cfg.droppable_blocks))
 
     def batched_group_update(weights, seed, data):
       # One (first) step of the client optimizer is linear in the gradient, so

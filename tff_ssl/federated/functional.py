@@ -37,6 +37,12 @@ def _owning_layers(model: tf.keras.Model) -> dict[int, tuple[str, bool]]:
       for sub in layer.layers:
         visit(sub, "" if layer is model else f"{path}/")
       return
+    if getattr(layer, "flatten_weight_paths", False):
+      # A container layer whose sublayers name its weights as if they were the parent's own
+      # layers (the ViT's `Block`: "encoder/block3_attn/query/kernel").
+      for sub in layer._flatten_layers(include_self=False, recursive=False):  # pylint: disable=protected-access
+        visit(sub, prefix)
+      return
     for v in layer.weights:  # Leaf layers own their weights.
       owners.setdefault(id(v), (path, isinstance(layer, _NORMALIZATION_LAYERS)))
 

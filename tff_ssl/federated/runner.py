@@ -11,6 +11,7 @@ resumes after the latest checkpoint; since client sampling and augmentations are
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from typing import Any, Iterator
@@ -31,9 +32,42 @@ ENCODER_NAME = ssl_model.ENCODER_NAME
 ssl_model_builder = ssl_model.ssl_model_builder
 
 
-def build_process(config, model: FunctionalModel, image_shape):
-  """The TFF process of `config`'s method (`tff_ssl.methods`) over `model`."""
-  return methods.get(config.method).build(config, model, image_shape)
+def build_process(config, model: FunctionalModel, image_shape, auxiliary=None):
+  """The TFF process of `config`'s method (`tff_ssl.methods`) over `model`; `auxiliary`: the
+  server's images (`auxiliary_split`) for a method that has them (None: a process that will not
+  train, e.g. to read a checkpoint)."""
+  method = methods.get(config.method)
+  if not method.auxiliary:
+    return method.build(config, model, image_shape)
+  return method.build(config, model, image_shape, auxiliary=auxiliary)
+
+
+def auxiliary_split(config, num_images: int) -> tuple[np.ndarray, np.ndarray]:
+  """(indices of the training images the clients are partitioned from, indices of the server's
+  auxiliary images): for a method with an auxiliary split (LW-FedSSL), a random
+  `auxiliary_fraction` of the images, drawn from the seed, goes to the server and to no client;
+  otherwise every image is the clients'."""
+  everything = np.arange(num_images)
+  if not methods.get(config.method).auxiliary:
+    return everything, everything[:0]
+  k = int(round(config.auxiliary_fraction * num_images))
+  if not 2 <= k < num_images:
+    raise ValueError(f"auxiliary_fraction {config.auxiliary_fraction} of {num_images} images gives "
+                     f"the server {k}; choose a fraction that leaves it >= 2 images and the clients "
+                     f"some")
+  order = np.random.default_rng([config.seed, 0xA0C5]).permutation(num_images)
+  return np.sort(order[k:]), np.sort(order[:k])
+
+
+def partition(config, train: data_lib.ImageSet):
+  """The run's clients: a list (or array) of index rows into `train`, over the images the server
+  does not hold (`auxiliary_split`)."""
+  pool, held = auxiliary_split(config, len(train))
+  if not len(held):
+    return _partition(config, train)
+  rows = _partition(config, dataclasses.replace(train, images=train.images[pool],
+                                                labels=train.labels[pool]))
+  return pool[rows] if isinstance(rows, np.ndarray) else [pool[np.asarray(r)] for r in rows]
 
 
 def min_samples_per_client(config) -> int:
@@ -41,8 +75,7 @@ def min_samples_per_client(config) -> int:
   return methods.get(config.method).min_samples(config)
 
 
-def partition(config, train: data_lib.ImageSet):
-  """The run's clients: a list (or array) of index rows into `train`."""
+def _partition(config, train: data_lib.ImageSet):
   if config.partition == "classes":
     return data_lib.classes_per_client_partition(
         train.labels, num_clients=config.num_clients, samples_per_client=config.samples_per_client,
@@ -69,7 +102,9 @@ def _setup(config, train: data_lib.ImageSet, clients_rows):
   tf.keras.utils.set_random_seed(config.seed)
   builder = ssl_model_builder(config, train.image_shape)
   model = FunctionalModel(builder)
-  process = build_process(config, model, train.image_shape)
+  _, held = auxiliary_split(config, len(train))
+  process = build_process(config, model, train.image_shape,
+                          common.client_inputs(train.images[held], held))
   sample = tff.simulation.build_uniform_sampling_fn(
       list(range(clients.num_clients)), replace=False, random_seed=config.seed)
 

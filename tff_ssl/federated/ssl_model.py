@@ -10,18 +10,23 @@ from tff_ssl import ssl as ssl_lib
 ENCODER_NAME = "encoder"  # The Keras name of the SSL model's encoder (`keras_encoder` finds it).
 
 
-def ssl_model_builder(config, image_shape):
+def ssl_model_builder(config, image_shape, features: bool = False):
   """The federated model: encoder + projector (outputs z), + predictor when the SSL method has one
-  (outputs [z, p])."""
+  (outputs [z, p]); `features`: the encoder's output h last ([z, h] or [z, p, h]: LW-FedSSL's
+  representation alignment). The weights are the same either way."""
   predictor = ssl_lib.get(config.ssl).predictor
 
   def build():
     enc = config.build_encoder(image_shape, name=ENCODER_NAME)
     proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector")
     x = tf.keras.Input(image_shape, name="images")
-    z = proj(enc(x))
-    if not predictor:
-      return tf.keras.Model(x, z, name="ssl_model")
-    pred = models.build_mlp_head(config.projector[-1], config.predictor_sizes, name="predictor")
-    return tf.keras.Model(x, [z, pred(z)], name="ssl_model")
+    h = enc(x)
+    z = proj(h)
+    outputs = [z]
+    if predictor:
+      pred = models.build_mlp_head(config.projector[-1], config.predictor_sizes, name="predictor")
+      outputs.append(pred(z))
+    if features:
+      outputs.append(h)
+    return tf.keras.Model(x, outputs if len(outputs) > 1 else z, name="ssl_model")
   return build

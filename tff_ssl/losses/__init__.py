@@ -7,6 +7,6 @@ from tff_ssl.losses.cco import (EncodingStatistics, cco_loss, cco_loss_from_stat
 from tff_ssl.losses import byol, cco, moco, mocov3, ntxent, simsiam
 from tff_ssl.losses.byol import byol_loss
 from tff_ssl.losses.moco import moco_loss
-from tff_ssl.losses.mocov3 import mocov3_loss
+from tff_ssl.losses.mocov3 import alignment_loss, mocov3_loss
 from tff_ssl.losses.ntxent import nt_xent_loss
 from tff_ssl.losses.simsiam import simsiam_loss

@@ -35,6 +35,25 @@ def contrastive_loss(q: tf.Tensor, k: tf.Tensor, temperature: float) -> tf.Tenso
   return 2.0 * temperature * tf.reduce_mean(ce)
 
 
+def alignment_loss(local: tf.Tensor, global_: tf.Tensor, temperature: float) -> tf.Tensor:
+  """LW-FedSSL's representation alignment (its Eq. 3, InfoNCE as its Eq. 2, without MoCo v3's 2 t):
+  each image's local representation (the local encoder on view 1) against the global encoder's
+  representations of view 2 of every image in the batch, its own image's the positive,
+
+      mean_i -log( exp(l_i . g_i / t) / sum_j exp(l_i . g_j / t) ),   l, g l2-normalized.
+
+  The global representations are constants (stop-gradient): only the local encoder is trained."""
+  if temperature <= 0:
+    raise ValueError(f"temperature must be > 0; got {temperature}")
+  local = tf.convert_to_tensor(local)
+  global_ = tf.convert_to_tensor(global_, local.dtype)
+  check_pairs(local, global_)
+  logits = tf.matmul(unit(local), tf.stop_gradient(unit(global_)), transpose_b=True) / temperature
+  labels = tf.range(tf.shape(local)[0])
+  return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                       logits=logits))
+
+
 def mocov3_loss(p1, p2, t1, t2, temperature: float = DEFAULT_TEMPERATURE) -> tf.Tensor:
   """Symmetrized MoCo v3 loss: predictions p1, p2 of the two views against the momentum
   projections t2, t1 of the other view."""

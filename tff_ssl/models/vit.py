@@ -21,6 +21,8 @@ projection (MoCo v3 freezes it); so do we.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from typing import Sequence
 
@@ -89,15 +91,58 @@ class ClassToken(tf.keras.layers.Layer):
     return tokens[:, 0]
 
 
-def _block(x, spec: ViTSpec, dim: int, heads: int, i: int):
-  name = f"block{i}"
-  y = tf.keras.layers.LayerNormalization(epsilon=1e-6, name=f"{name}_ln1")(x)
-  y = tf.keras.layers.MultiHeadAttention(heads, dim // heads, name=f"{name}_attn")(y, y)
-  x = tf.keras.layers.Add(name=f"{name}_add1")([x, y])
-  y = tf.keras.layers.LayerNormalization(epsilon=1e-6, name=f"{name}_ln2")(x)
-  y = tf.keras.layers.Dense(spec.mlp_ratio * dim, activation="gelu", name=f"{name}_mlp1")(y)
-  y = tf.keras.layers.Dense(dim, name=f"{name}_mlp2")(y)
-  return tf.keras.layers.Add(name=f"{name}_add2")([x, y])
+_KEEP = contextvars.ContextVar("tff_ssl_vit_block_keep", default=None)
+
+
+@contextlib.contextmanager
+def block_keep(keep):
+  """Within the block, calls of ViT models skip block i (it becomes the identity) where
+  `keep[i - 1]` is False: FLL's depth dropout. `keep`: a bool tensor of static length n (the skip is
+  a `tf.cond`: a skipped block costs no compute), or a tuple of Python bools (a skipped block is
+  not in the graph: what a cost count of one keep pattern needs); blocks past n are always kept."""
+  token = _KEEP.set(keep)
+  try:
+    yield
+  finally:
+    _KEEP.reset(token)
+
+
+class Block(tf.keras.layers.Layer):
+  """One pre-norm transformer block, x + MHSA(LN(x)), then x + MLP(LN(x)). Its sublayers keep
+  their own names (`block3_attn`, ...): `FunctionalModel` names their weights as if they were the
+  encoder's own layers (`flatten_weight_paths`)."""
+
+  flatten_weight_paths = True
+
+  def __init__(self, index: int, dim: int, heads: int, mlp_ratio: int, **kwargs):
+    super().__init__(name=f"block{index}", **kwargs)
+    self.index, self.dim, self.heads, self.mlp_ratio = index, dim, heads, mlp_ratio
+    name = self.name
+    self.ln1 = tf.keras.layers.LayerNormalization(epsilon=1e-6, name=f"{name}_ln1")
+    self.attn = tf.keras.layers.MultiHeadAttention(heads, dim // heads, name=f"{name}_attn")
+    self.ln2 = tf.keras.layers.LayerNormalization(epsilon=1e-6, name=f"{name}_ln2")
+    self.mlp1 = tf.keras.layers.Dense(mlp_ratio * dim, activation="gelu", name=f"{name}_mlp1")
+    self.mlp2 = tf.keras.layers.Dense(dim, name=f"{name}_mlp2")
+
+  def _forward(self, x):
+    y = self.ln1(x)
+    x = x + self.attn(y, y)
+    return x + self.mlp2(self.mlp1(self.ln2(x)))
+
+  def call(self, x):
+    keep = _KEEP.get()
+    # Keras' symbolic calls (the first creates the block's weights; in TF1 graphs, as TFF's, they
+    # run on placeholders of the model's inputs) always run the block.
+    if (keep is None or self.index > len(keep) or not self.mlp2.built or
+        tf.keras.backend.is_keras_tensor(x)):
+      return self._forward(x)
+    if isinstance(keep, tuple):
+      return self._forward(x) if keep[self.index - 1] else x
+    return tf.cond(keep[self.index - 1], lambda: self._forward(x), lambda: tf.identity(x))
+
+  def get_config(self):
+    return {**super().get_config(), "index": self.index, "dim": self.dim, "heads": self.heads,
+            "mlp_ratio": self.mlp_ratio}
 
 
 def build_vit(spec_name: str, input_shape: Sequence[int], *, width: float = 1.0, depth: int = 0,
@@ -130,6 +175,6 @@ def build_vit(spec_name: str, input_shape: Sequence[int], *, width: float = 1.0,
   x = tf.keras.layers.Reshape(((h // patch) * (w // patch), dim), name="patches")(x)
   x = Tokens((h // patch, w // patch), name="tokens")(x)
   for i in range(1, (depth or spec.depth) + 1):
-    x = _block(x, spec, dim, heads, i)
+    x = Block(i, dim, heads, spec.mlp_ratio)(x)
   x = tf.keras.layers.LayerNormalization(epsilon=1e-6, name="norm")(x)
   return tf.keras.Model(inputs, ClassToken(name="cls_features")(x), name=name or spec_name)

@@ -4,7 +4,9 @@ A method's loss sees `Outputs` of the two views: the online projections z1, z2, 
 predictions p1, p2 (methods with a predictor head), the target network's projections t1, t2
 (methods with a target network; within one round's local training the target is an exponential moving
 average of the online weights, started from the broadcast model, so at the first local step t = z),
-and a queue of negative keys (MoCo: the target's projections of earlier steps, newest first).
+a queue of negative keys (MoCo: the target's projections of earlier steps, newest first), and the
+encoder's features h1, h2 of the views where the model outputs them (LW-FedSSL's representation
+alignment).
 
 What a method carries from one local step to the next (its "SSL state": the target network, the
 queue) starts fresh each round for FedAvg-style clients; a stateful client keeps it between rounds
@@ -25,6 +27,8 @@ class Outputs(NamedTuple):
   t1: Any = None
   t2: Any = None
   queue: Any = None
+  h1: Any = None
+  h2: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
