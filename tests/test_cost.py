@@ -2,6 +2,7 @@
 size."""
 
 import collections
+import dataclasses
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tasks import lwfedssl_table
 from tff_ssl import benchmark, cost, models
 
 
@@ -78,8 +80,11 @@ def test_layerwise_cost_table():
   and computes less from stage 2 on; LW-FedSSL uploads what FedMoCo-LW does, downloads the whole
   stage model (calibrated on the server) and computes more (the global encoder's forward pass);
   FLL + DD's stage-2 FLOPs are the mean of the graphs with block 1 kept and skipped."""
-  rows = benchmark.layerwise_costs("vit_mini", (28, 28, 1), patch_size=7, batch=4,
-                                   projector=(16, 8), predictor=(16, 8), width=0.5, depth=2)
+  # The table's rows, small: batch 4 (FLL + DD half of it, as in the table).
+  small = [(name, dataclasses.replace(c, depth=2, width=0.5, projector=(16, 8), predictor=(16, 8),
+                                      local_batch_size=c.local_batch_size // 32))
+           for name, c in benchmark.table_rows(lwfedssl_table.mini())]
+  rows = benchmark.layerwise_costs(small)
   by = {(r["method"], r["stage"]): r for r in rows}
   assert len(rows) == 10
   e2e, prog, lw = (by[("FedMoCo", 2)], by[("Prog-FedSSL", 2)], by[("FedMoCo-LW", 2)])
@@ -91,8 +96,8 @@ def test_layerwise_cost_table():
   assert lwf["upload_bytes"] == lw["upload_bytes"]
   assert lwf["kept_download_bytes"] == lwf["download_bytes"] == e2e["download_bytes"]
   assert lwf["step_flops"] > lw["step_flops"]
-  table = benchmark.format_layerwise_table(rows, 4)
-  assert "| FedMoCo-LW | 2 |" in table and "| LW-FedSSL | 1.00 |" not in table
+  table = benchmark.format_layerwise_table(rows)
+  assert "| FedMoCo-LW | 2 |" in table and "FLL + DD: 2" in table  # Its half batch.
   totals = {t["method"]: t for t in benchmark.layerwise_totals(rows)}
   assert totals["FedMoCo"]["upload_bytes_lower"] == 1.0
   assert totals["FedMoCo-LW"]["upload_bytes"] == sum(by[("FedMoCo-LW", s)]["upload_bytes"]

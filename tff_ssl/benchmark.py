@@ -17,8 +17,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import os
 import resource
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable
 
@@ -26,7 +30,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import aggregators, cost, losses, models, runtime
+from tff_ssl import aggregators, cost, losses, models, rundir, runtime
+from tff_ssl import data as data_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.data import AugmentConfig
 from tff_ssl.experiment import ExperimentConfig
@@ -484,101 +489,149 @@ def format_aggregation_table(rows: list[dict]) -> str:
 
 # -- What a client pays per stage of layer-wise training (LW-FedSSL's claim) --------------------------
 
-# The rows of LW-FedSSL's cost comparison: (name, --method, --ssl). FLL is SimCLR-based (the paper).
-LAYERWISE_ROWS = (("FedMoCo", "fedavg", "mocov3"), ("FedMoCo-LW", "fedmoco_lw", "mocov3"),
-                  ("FLL + DD", "fll_dd", "simclr"), ("Prog-FedSSL", "prog_fedssl", "mocov3"),
-                  ("LW-FedSSL", "lw_fedssl", "mocov3"))
-
-
-def layerwise_costs(encoder: str = "vit_mini", image_shape=(28, 28, 1), *, patch_size: int = 7,
-                    batch: int = 32, projector=(256, 256, 64), predictor=(256, 64),
-                    width: float = 1.0, depth: int = 0, seed: int = 0, memory: bool = False,
-                    rows=LAYERWISE_ROWS) -> list[dict]:
-  """Per method and stage s of a ViT's blocks, what one client pays in a round: its download (the
-  stage model the simulation broadcasts, and what a client that took part in every round needs: the
-  trained tensors, or the whole stage model where the server changes the frozen blocks) and upload
-  (bytes, from the TFF types), one local step's float operations on `batch` images (from the graph;
-  FLL + DD: the expectation over its keep draws, from the graphs of every frozen block kept and of
-  none) and, with `memory`, the step's measured peak memory (`cost.peak_memory`, every block kept).
-  End-to-end FedMoCo trains the whole model in every stage."""
-  image_shape = tuple(image_shape)
-  depth = depth or models.VITS[encoder].depth
-  images = np.random.default_rng(seed).integers(0, 256, (batch,) + image_shape, np.uint8)
+def layerwise_costs(rows, image_shape=None, *, batch: int = 0, seed: int = 0,
+                    memory: bool = False, flops: bool = True) -> list[dict]:
+  """Per row (name, `ExperimentConfig`; the first is the end-to-end reference) and stage s of its
+  ViT's blocks, what one client pays in a round: its download (the stage model the simulation
+  broadcasts, and what a client that took part in every round needs: the trained tensors, or the
+  whole stage model where the server changes the frozen blocks) and upload (bytes, from the TFF
+  types), one local step's float operations (from the graph; FLL + DD: the expectation over its keep
+  draws, from the graphs of every frozen block kept and of none) and, with `memory`, the step's
+  measured peak memory (`cost.peak_memory`, every block kept). A step takes `batch` images (0: the
+  row's local batch). End-to-end rows train the whole model in every stage."""
   out = []
-  for name, method, ssl in rows:
-    config = ExperimentConfig(
-        method=method, ssl=ssl, encoder=encoder, patch_size=patch_size, depth=depth,
-        projector=tuple(projector), predictor=tuple(predictor), temperature=0.2, width=width,
-        rounds=depth, server_optimizer="sgd", server_learning_rate=1.0,
-        server_lr_schedule="constant", seed=seed)
-    tf.keras.utils.set_random_seed(seed)
-    model = FunctionalModel(ssl_model.ssl_model_builder(config, image_shape))
-    process = runner_lib.build_process(config, model, image_shape)
+  depth = None
+  for name, config in rows:
+    shape = tuple(image_shape or data_lib.image_shape(config.dataset))
+    b = batch or config.local_batch_size
+    if b < 2:
+      raise ValueError(f"{name}: a local step needs a batch of >= 2 images; got {b} (set --batch)")
+    images = np.random.default_rng(seed).integers(0, 256, (b,) + shape, np.uint8)
+    tf.keras.utils.set_random_seed(config.seed)
+    model = FunctionalModel(ssl_model.ssl_model_builder(config, shape))
+    process = runner_lib.build_process(config, model, shape)
+    stages = max(layerwise.block_of(n) for n in model.names)
+    if depth is not None and stages != depth:
+      raise ValueError(f"{name}: its encoder has {stages} blocks, the reference's {depth}")
+    depth = stages
     for s in range(1, depth + 1):
       if isinstance(process, layerwise.LayerwiseProcess):
         stage_model, mask = process.stage_models[s - 1], process.stage_mask(s)
         cfg, refresh = process.stage_config(s), process.refreshes_frozen
       else:  # End to end: the whole model in every stage.
         stage_model, mask, cfg, refresh = model, process.mask, process.config, True
-      c = cost.local_step_cost(stage_model, mask, cfg, images, memory=memory)
-      if cfg.depth_dropout and cfg.droppable_blocks:
-        none = cost.local_step_cost(stage_model, mask, cfg, images,
+      c = cost.local_step_cost(stage_model, mask, cfg, images, memory=memory, flops=flops)
+      if flops and cfg.depth_dropout and cfg.droppable_blocks:
+        none = cost.local_step_cost(stage_model, mask, cfg, images, flops=True,
                                     keep=(False,) * cfg.droppable_blocks)["step_flops"]
         c["step_flops"] = int(round(none + (1 - cfg.depth_dropout) * (c["step_flops"] - none)))
       c["kept_download_bytes"] = c["download_bytes"] if refresh else c["trained_bytes"]
-      out.append({"method": name, "stage": s, **c})
-  e2e = {r["stage"]: r for r in out if r["method"] == rows[0][0]}
+      out.append({"method": name, "stage": s, "batch": b, **c})
+  reference = {r["stage"]: r for r in out if r["method"] == rows[0][0]}
   for r in out:
-    ref = e2e[r["stage"]]
-    for key in ("download_bytes", "kept_download_bytes", "upload_bytes", "step_flops") + (
-        ("step_peak_bytes",) if memory else ()):
-      r[key.replace("_bytes", "").replace("step_", "") + "_ratio"] = r[key] / ref[key]
+    ref = reference[r["stage"]]
+    for key in ("download_bytes", "kept_download_bytes", "upload_bytes", "step_flops",
+                "step_peak_bytes"):
+      if key in r:
+        r[key.replace("_bytes", "").replace("step_", "") + "_ratio"] = _ratio(r[key], ref[key])
   return out
+
+
+def _ratio(a: float, b: float) -> float:
+  return a / b if b else float("nan")
+
+
+def table_rows(table) -> list[tuple[str, ExperimentConfig]]:
+  """(name, config) of each row of a `tff_ssl.tables.Table` in its first column."""
+  return [(row.name, table.cell_config(row, table.columns[0])) for row in table.rows]
+
+
+def write_rows(rows, path: str) -> None:
+  """(name, config) rows as JSON (`read_rows` reads them)."""
+  rundir.write_atomic(path, json.dumps([{"name": n, "config": dataclasses.asdict(c)}
+                                        for n, c in rows], indent=1) + "\n")
+
+
+def read_rows(path: str) -> list[tuple[str, ExperimentConfig]]:
+  with open(path) as f:
+    return [(r["name"], ExperimentConfig(**r["config"])) for r in json.load(f)]
+
+
+def layerwise_cost_report(table, output_dir: str, *, memory: bool, flops: bool) -> str:
+  """The markdown of `bin/benchmark --layerwise` for a table's rows, run in a process of its own
+  (the memory measurement needs `cost.MEASURING_ENV` from the start): the rows go to
+  output_dir/cost_rows.json, the costs to output_dir/cost.csv and the markdown to
+  output_dir/cost.md, which a later call with the same rows reads instead of measuring again."""
+  rows_path, path = os.path.join(output_dir, "cost_rows.json"), os.path.join(output_dir, "cost.md")
+  rows = table_rows(table)
+  if os.path.exists(path) and os.path.exists(rows_path) and read_rows(rows_path) == rows:
+    return open(path).read()
+  write_rows(rows, rows_path)
+  binary = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin",
+                        "benchmark")
+  command = [sys.executable, binary, "--layerwise", f"--layerwise_rows={rows_path}",
+             f"--output_csv={os.path.join(output_dir, 'cost.csv')}",
+             "--memory" if memory else "--nomemory", "--flops" if flops else "--noflops"]
+  done = subprocess.run(command, capture_output=True, text=True, check=False)
+  if done.returncode:
+    raise RuntimeError(f"{' '.join(command)} failed: {done.stderr.strip().splitlines()[-1:]}")
+  text = done.stdout.split(COST_TABLE_START, 1)[-1].split("\nwrote ", 1)[0]
+  md = f"## What a client pays\n\n{COST_TABLE_START}{text.rstrip()}\n"
+  rundir.write_atomic(path, md)
+  return md
 
 
 def layerwise_totals(rows: list[dict]) -> list[dict]:
   """Per method, over a run of equal stages: total download (of a client in every round), upload
-  and local FLOPs, and the peak memory of the worst stage, each beside end-to-end's (the first
-  method's) as the paper's "x lower" ratios."""
-  methods_, out = list(dict.fromkeys(r["method"] for r in rows)), []
-  for m in methods_:
+  and local FLOPs, and the peak memory of the worst stage, each beside the first method's
+  (end-to-end) as the paper's "x lower" ratios."""
+  names, out = list(dict.fromkeys(r["method"] for r in rows)), []
+  for m in names:
     mine = [r for r in rows if r["method"] == m]
     t = {"method": m, "download_bytes": sum(r["kept_download_bytes"] for r in mine),
-         "upload_bytes": sum(r["upload_bytes"] for r in mine),
-         "flops": sum(r["step_flops"] for r in mine)}
+         "upload_bytes": sum(r["upload_bytes"] for r in mine)}
+    if "step_flops" in mine[0]:
+      t["flops"] = sum(r["step_flops"] for r in mine)
     if "step_peak_bytes" in mine[0]:
       t["peak_bytes"] = max(r["step_peak_bytes"] for r in mine)
     out.append(t)
   for t in out:
     for key in [k for k in t if k != "method"]:
-      t[key + "_lower"] = out[0][key] / t[key]
+      t[key + "_lower"] = _ratio(out[0][key], t[key])
   return out
 
 
-def format_layerwise_table(rows: list[dict], batch: int) -> str:
-  memory = "step_peak_bytes" in rows[0]
-  lines = [f"A client's cost per round of stage s: download (MB, from the TFF types: the stage model "
-           f"the simulation broadcasts, and what a client in every round needs), upload (MB), one "
-           f"local step on {batch} images (GFLOPs, from the graph; elementwise ops TF does not "
-           f"count: {', '.join(rows[0]['uncounted_ops']) or 'none'})"
-           + (", its measured peak memory above the weights (MB)" if memory else "") + ".", "",
-           "| method | stage | broadcast MB | needed MB | upload MB | ÷ end-to-end | step GFLOPs | "
-           "÷ end-to-end |" + (" step peak MB | ÷ end-to-end |" if memory else ""),
-           "|---|---|---|---|---|---|---|---|" + ("---|---|" if memory else "")]
+COST_TABLE_START = "A client's cost per round of stage s"
+
+
+def format_layerwise_table(rows: list[dict]) -> str:
+  memory, flops = "step_peak_bytes" in rows[0], "step_flops" in rows[0]
+  batches = ", ".join(f"{m}: {b}" for m, b in dict((r["method"], r["batch"]) for r in rows).items())
+  lines = [f"{COST_TABLE_START}: download (MB, from the TFF types: the stage model the simulation "
+           f"broadcasts, and what a client in every round needs), upload (MB)"
+           + (f", one local step (GFLOPs, from the graph; elementwise ops TF does not count: "
+              f"{', '.join(rows[0]['uncounted_ops']) or 'none'})" if flops else "")
+           + (", its measured peak memory above the model's weights (MB)" if memory else "")
+           + f". Images per local step: {batches}.", "",
+           "| method | stage | broadcast MB | needed MB | upload MB | ÷ end-to-end |"
+           + (" step GFLOPs | ÷ end-to-end |" if flops else "")
+           + (" step peak MB | ÷ end-to-end |" if memory else ""),
+           "|---|---|---|---|---|---|" + ("---|---|" if flops else "") + ("---|---|" if memory else "")]
   for r in rows:
     lines.append(f"| {r['method']} | {r['stage']} | {r['download_bytes'] / 2**20:.2f} | "
                  f"{r['kept_download_bytes'] / 2**20:.2f} | "
-                 f"{r['upload_bytes'] / 2**20:.2f} | {r['upload_ratio']:.2f} | "
-                 f"{r['step_flops'] / 1e9:.3f} | {r['flops_ratio']:.2f} |" +
+                 f"{r['upload_bytes'] / 2**20:.2f} | {r['upload_ratio']:.2f} |" +
+                 (f" {r['step_flops'] / 1e9:.3f} | {r['flops_ratio']:.2f} |" if flops else "") +
                  (f" {r['step_peak_bytes'] / 2**20:.1f} | {r['peak_ratio']:.2f} |" if memory else ""))
   totals = layerwise_totals(rows)
-  lines += ["", "Over a run of equal stages, end-to-end's total (peak) ÷ the method's: how many "
-            "times lower (the paper's headline form).", "",
-            "| method | download × lower | upload × lower | FLOPs × lower |" +
-            (" peak memory × lower |" if memory else ""), "|---|---|---|---|" +
-            ("---|" if memory else "")]
+  lines += ["", "Over a run of equal stages, the first row's (end-to-end) total, or peak, ÷ the "
+            "method's: how many times lower (the paper's headline form).", "",
+            "| method | download × lower | upload × lower |" + (" FLOPs × lower |" if flops else "")
+            + (" peak memory × lower |" if memory else ""),
+            "|---|---|---|" + ("---|" if flops else "") + ("---|" if memory else "")]
   for t in totals:
     lines.append(f"| {t['method']} | {t['download_bytes_lower']:.2f} | "
-                 f"{t['upload_bytes_lower']:.2f} | {t['flops_lower']:.2f} |" +
+                 f"{t['upload_bytes_lower']:.2f} |" +
+                 (f" {t['flops_lower']:.2f} |" if flops else "") +
                  (f" {t['peak_bytes_lower']:.2f} |" if memory else ""))
   return "\n".join(lines)

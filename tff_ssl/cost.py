@@ -181,20 +181,20 @@ def local_step(model, mask, fedavg_config, images: np.ndarray, keep=None):
 
 
 def local_step_cost(model, mask, fedavg_config, images: np.ndarray, *, keep=None,
-                    memory: bool = False) -> dict:
+                    memory: bool = False, flops: bool = True) -> dict:
   """What one client pays for one local step of FedAvg-style SSL training of `model`'s tensors in
   `mask` on `images` ([N, H, W, C] uint8): the bytes it downloads (the process's broadcast type: every
   tensor of the model), the bytes of the trained tensors (what a client that kept the frozen ones
   needs), the bytes it uploads (its upload type: the trained tensors' Delta), the float operations
-  of the step (`local_step`: two views through the model, the loss, the gradient of the trained
-  tensors; from the graph) and, with `memory`, the step's measured peak memory above the model's
+  of the step (with `flops`; `local_step`: two views through the model, the loss, the gradient of
+  the trained tensors; from the graph) and, with `memory`, the step's measured peak memory above the model's
   weights (`peak_memory`)."""
   step, specs = local_step(model, mask, fedavg_config, images, keep)
-  flops, uncounted = graph_flops(step, specs)
   trained = message_bytes(common.tensors_type(mask.select(model.weight_specs)))
   out = {"download_bytes": message_bytes(common.weights_type(model)),
-         "trained_bytes": trained, "upload_bytes": trained, "step_flops": flops,
-         "uncounted_ops": uncounted}
+         "trained_bytes": trained, "upload_bytes": trained}
+  if flops:
+    out["step_flops"], out["uncounted_ops"] = graph_flops(step, specs)
   if memory:
     compiled = tf.function(step).get_concrete_function(*specs)
     weights = [tf.constant(w) for w in model.initial_weights]

@@ -228,11 +228,12 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
         log(f"{cell.path}: {_summary(results[cell.path])} ({timing['runs'][cell.path]:.0f} s)")
       tf.keras.backend.clear_session()
       bar.update(1)
+  appendix = table.appendix(table, output_dir) if table.appendix else ""
   # Wall time of each invocation (a resumed table has several); table.md reports their sum.
   timing["invocations"].append(round(time.perf_counter() - start, 1))
   _write_json(timing_path, timing)
   return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing,
-                            base)
+                            base, appendix)
 
 
 def _summary(result: dict[str, Any]) -> str:

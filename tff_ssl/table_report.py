@@ -94,7 +94,8 @@ def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
   return records
 
 
-def _markdown(table: Table, records, choices, random_acc, timing, baselines=None) -> str:
+def _markdown(table: Table, records, choices, random_acc, timing, baselines=None,
+              appendix: str = "") -> str:
   out = io.StringIO()
   w = out.write
   w(f"# {table.title} — `{table.name}`, scale `{table.scale}`\n\n")
@@ -157,6 +158,8 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
   w("\n## Checks\n\n")
   for line in (table.checks(table, records) if table.checks else []):
     w(f"- {line}\n")
+  if appendix:
+    w(f"\n{appendix.rstrip()}\n")
   inv = timing.get("invocations", [])
   w(f"\nRun time: {sum(inv) / 60:.1f} min over {len(inv)} invocation(s) of bin/reproduce "
     f"({sum(timing.get('runs', {}).values()) / 60:.1f} min in training runs and their "
@@ -227,7 +230,7 @@ def plot(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=No
 
 
 def write(table: Table, output_dir: str, todo, skipped, results, choices, random_acc, timing,
-          baselines=None) -> dict[str, Any]:
+          baselines=None, appendix: str = "") -> dict[str, Any]:
   records = collect(table, todo, skipped, results)
   for rec in records:
     row = table.row(rec["row"])
@@ -240,7 +243,7 @@ def write(table: Table, output_dir: str, todo, skipped, results, choices, random
     writer.writerow({**rec, "ours": "" if rec["ours"] is None else f"{100 * rec['ours']:.2f}",
                      "paper": "" if rec["paper"] is None else rec["paper"]})
   rundir.write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())
-  md = _markdown(table, records, choices, random_acc, timing, baselines)
+  md = _markdown(table, records, choices, random_acc, timing, baselines, appendix)
   rundir.write_atomic(os.path.join(output_dir, "table.md"), md)
   raw = (baselines or {}).get(table.evaluations[0].key, {}).get("raw_pixels")
   png = plot(table, output_dir, todo, results, random_acc, raw)

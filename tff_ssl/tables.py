@@ -135,6 +135,9 @@ class Table:
   max_rounds: int = 0  # > 0: a capped smoke run of the grid (see `capped`).
   # The paper's claims as checks on our numbers: (table, records of table_report.collect) -> lines.
   checks: Callable[["Table", list], list[str]] | None = None
+  # (table, output folder) -> markdown the report adds after the checks (e.g. LW-FedSSL's cost
+  # table); the files it writes go in the output folder.
+  appendix: Callable[["Table", str], str] | None = None
   column_heading: str = "total clients / samples per client / clients per round"
 
   def __post_init__(self):

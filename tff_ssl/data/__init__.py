@@ -3,7 +3,7 @@
 from tff_ssl.data.augment import AugmentConfig, augment, to_float, two_views
 from tff_ssl.data.partition import (classes_per_client_partition, dirichlet_label_split,
                                     dirichlet_partition, iid_partition)
-from tff_ssl.data.sources import (SOURCES, UNLABELED, DataUnavailableError, ImageSet, load,
-                                  synthetic)
+from tff_ssl.data.sources import (SOURCES, UNLABELED, DataUnavailableError, ImageSet, image_shape,
+                                  load, synthetic)
 
 PARTITIONS = ("dirichlet", "classes_per_client", "iid", "dirichlet_split")

@@ -190,6 +190,18 @@ SOURCES: dict[str, Callable[..., ImageSet]] = {
 }
 
 
+# The images' shape of each source ([H, W, C]), known without loading it.
+IMAGE_SHAPES = {"fashion_mnist": (28, 28, 1), "cifar10": (32, 32, 3), "cifar100": (32, 32, 3),
+                "stl10": (96, 96, 3), "synthetic": (28, 28, 1)}
+
+
+def image_shape(name: str) -> tuple[int, int, int]:
+  """The shape of source `name`'s images."""
+  if name not in IMAGE_SHAPES:
+    raise ValueError(f"unknown dataset {name!r}; choose one of {sorted(IMAGE_SHAPES)}")
+  return IMAGE_SHAPES[name]
+
+
 def load(name: str, split: str, *, data_dir: str | None = None, download: bool = False) -> ImageSet:
   """Split `split` of source `name` (one of SOURCES) as uint8 images and int64 labels."""
   if name not in SOURCES:

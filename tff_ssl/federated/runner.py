@@ -11,7 +11,6 @@ resumes after the latest checkpoint; since client sampling and augmentations are
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import time
 from typing import Any, Iterator
@@ -65,8 +64,7 @@ def partition(config, train: data_lib.ImageSet):
   pool, held = auxiliary_split(config, len(train))
   if not len(held):
     return _partition(config, train)
-  rows = _partition(config, dataclasses.replace(train, images=train.images[pool],
-                                                labels=train.labels[pool]))
+  rows = _partition(config, train.subset(pool))
   return pool[rows] if isinstance(rows, np.ndarray) else [pool[np.asarray(r)] for r in rows]
 
 

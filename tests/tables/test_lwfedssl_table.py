@@ -1,0 +1,119 @@
+"""LW-FedSSL's Table 3 as data: the grid is the paper's (Sec. 5.1), the paper scale constructs and
+runs 2 rounds of every row (ViT-Tiny, the paper's heads, on mock CIFAR-10), the checks are the
+paper's claims, and the cost appendix is bin/benchmark's measurement of the table's own rows."""
+
+import csv
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+import tasks
+from tasks import lwfedssl_table
+from tff_ssl import benchmark, experiment, reproduce
+from tff_ssl.federated import layerwise, runner
+from tests.tables.mock_data import mock_cifar
+
+ROW_KEYS = [key for key, _, _ in lwfedssl_table.ROWS]
+
+
+@pytest.mark.parametrize("scale", ["mini", "paper"])
+def test_grid_is_the_papers(scale):
+  table = tasks.get_table("lwfedssl", scale)
+  assert [r.key for r in table.rows] == ["fedmoco", "fedmoco_lw", "fll_dd", "prog_fedssl",
+                                         "lw_fedssl"]
+  todo, skipped = reproduce.cells(table)
+  assert not skipped and len(todo) == 5
+  batch = 1024 if scale == "paper" else 128
+  methods = {"fedmoco": ("fedavg", "mocov3"), "fedmoco_lw": ("fedmoco_lw", "mocov3"),
+             "fll_dd": ("fll_dd", "simclr"), "prog_fedssl": ("prog_fedssl", "mocov3"),
+             "lw_fedssl": ("lw_fedssl", "mocov3")}
+  for cell in todo:
+    c = table.cell_config(cell.row, cell.column)
+    assert (c.method, c.ssl) == methods[cell.row.key]
+    # 10 clients, all in every round, IID; AdamW at 1.5e-4 x batch / 256, weight decay 1e-5;
+    # 3 local epochs; MoCo v3's momentum 0.99 and temperature 0.2; the aggregate as the model.
+    b = batch // 2 if cell.row.key == "fll_dd" else batch
+    assert (c.num_clients, c.clients_per_round, c.alpha) == (10, 10, 1000.0)
+    assert (c.client_optimizer, c.local_batch_size, c.client_weight_decay) == ("adamw", b, 1e-5)
+    assert c.client_learning_rate == pytest.approx(1.5e-4 * b / 256)
+    assert (c.local_steps, c.target_decay, c.temperature) == (3, 0.99, 0.2)
+    assert (c.server_optimizer, c.server_learning_rate, c.server_lr_schedule) == (
+        "sgd", 1.0, "constant")
+  lw = table.cell_config(table.row("lw_fedssl"), table.columns[0])
+  dd = table.cell_config(table.row("fll_dd"), table.columns[0])
+  assert (lw.alignment_weight, dd.depth_dropout) == (0.01, 0.5)
+  if scale == "paper":
+    c = table.cell_config(table.rows[0], table.columns[0])
+    assert (c.encoder, c.patch_size, c.dataset, c.rounds) == ("vit_tiny", 4, "cifar10", 180)
+    assert (c.projector, c.predictor) == ((4096, 4096, 256), (4096, 256))
+    assert lw.auxiliary_fraction == 0.1
+    assert table.paper[("linear_100", "lw_fedssl", "cifar10")] == 61.83
+  else:
+    assert lw.auxiliary_fraction * 60000 == pytest.approx(600)
+    c = table.cell_config(table.rows[0], table.columns[0])
+    assert c.rounds % 6 == 0  # Equal stages over vit_mini's 6 blocks.
+  assert table.paper[("linear_100", "fedmoco", table.columns[0].key)] == 60.64
+  assert table.paper[("linear_100", "prog_fedssl", table.columns[0].key)] == 65.76
+
+
+def test_checks_are_the_papers_claims():
+  table = lwfedssl_table.mini()
+  ours = {"fedmoco": 0.70, "fedmoco_lw": 0.60, "fll_dd": 0.605, "prog_fedssl": 0.69,
+          "lw_fedssl": 0.68}
+  records = [{"evaluation": "linear_100", "row": r, "column": "fashion_mnist", "ours": v}
+             for r, v in ours.items()]
+  assert table.checks(table, records) == [
+      "LW-FedSSL 68.0 is above FedMoCo-LW 60.0 (+8.0 points)",
+      "LW-FedSSL 68.0 **is not within 1.5 points of** FedMoCo 70.0 (-2.0 points)",
+      "Prog-FedSSL 69.0 **is not above** FedMoCo 70.0 (-1.0 points)",
+      "FedMoCo-LW 60.0 is within 1.5 points of FLL + DD 60.5 (-0.5 points)"]
+
+
+@pytest.mark.parametrize("row_key", ROW_KEYS)  # One test a row: pytest-xdist spreads them.
+def test_paper_scale_runs_two_rounds(row_key):
+  """The paper-scale row (ViT-Tiny, 4096-wide heads, batch 1024, AdamW, the auxiliary split) built
+  and run for 2 rounds on mock CIFAR-10: 10 clients of 4 images (the paper's 4,500 shrunk), 1
+  local epoch (of 3)."""
+  table = lwfedssl_table.paper()
+  config = dataclasses.replace(table.cell_config(table.row(row_key), table.columns[0]),
+                               samples_per_client=4, local_steps=1)
+  with mock_cifar(10, 60, 10):
+    train, _ = experiment.load_splits(config)
+    runs = list(runner.trajectory(config, train, 2))
+  assert [r for r, _, _, _ in runs] == [0, 1]
+  _, model, weights, metrics = runs[-1]
+  assert len(model.names) == len(weights) and np.isfinite(metrics["loss"])
+  assert max(layerwise.block_of(n) for n in model.names) == 12
+  if row_key == "lw_fedssl":
+    assert np.isfinite(metrics["aggregation"]["calibration_loss"])
+  if row_key != "fedmoco":
+    assert metrics["stage"] == 1
+    # Stage 1 trains block 1 (with the patch embedding) and the heads; block 2 waits.
+    first = {n: w for n, w in zip(model.names, model.initial_weights)}
+    after = dict(zip(model.names, weights))
+    assert not np.array_equal(after["encoder/block1_mlp1/kernel"],
+                              first["encoder/block1_mlp1/kernel"])
+    np.testing.assert_array_equal(after["encoder/block2_mlp1/kernel"],
+                                  first["encoder/block2_mlp1/kernel"])
+
+
+def test_the_cost_appendix_measures_the_tables_own_rows(tmp_path):
+  """bin/benchmark --layerwise on the (shrunk) mini table's rows, in its own process: cost.csv per
+  row and stage, the markdown with the "x lower" totals, read back on a second call."""
+  table = lwfedssl_table.mini().select(["fedmoco", "fedmoco_lw", "lw_fedssl"]).with_settings(
+      {"depth": 2, "projector": (16, 8), "predictor": (16, 8), "local_batch_size": 32})
+  out = str(tmp_path)
+  md = table.appendix(table, out)
+  assert md.startswith("## What a client pays") and "step peak MB" in md and "× lower" in md
+  rows = list(csv.DictReader(open(os.path.join(out, "cost.csv"))))
+  assert [(r["method"], r["stage"]) for r in rows][:3] == [("FedMoCo", "1"), ("FedMoCo", "2"),
+                                                           ("FedMoCo-LW", "1")]
+  assert len(rows) == 6 and all(int(r["step_peak_bytes"]) > 0 for r in rows)
+  by = {(r["method"], r["stage"]): r for r in rows}
+  assert int(by[("LW-FedSSL", "2")]["upload_bytes"]) == int(by[("FedMoCo-LW", "2")]["upload_bytes"])
+  assert benchmark.read_rows(os.path.join(out, "cost_rows.json")) == benchmark.table_rows(table)
+  os.remove(os.path.join(out, "cost.csv"))
+  assert table.appendix(table, out) == md  # Read back, not measured again.
+  assert not os.path.exists(os.path.join(out, "cost.csv"))
