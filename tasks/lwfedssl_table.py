@@ -76,22 +76,23 @@ PAPER_LINEAR = {
 
 
 def checks(table: Table, records) -> list[str]:
-  """The paper's claims on the linear probe: LW-FedSSL close to FedMoCo and above FedMoCo-LW;
+  """The paper's claims on the linear probe: LW-FedSSL comparable to FedMoCo (its gaps over the four
+  evaluation datasets: +1.2, -2.6, +0.6, -3.3 points, so "within 3.3 points") and above FedMoCo-LW;
   Prog-FedSSL above FedMoCo."""
   e = table.evaluations[0].key
   ours = {r["row"]: r["ours"] for r in records if r["evaluation"] == e}
   lines = []
   for better, base, claim in (("lw_fedssl", "fedmoco_lw", "above"), ("lw_fedssl", "fedmoco", "close"),
-                              ("prog_fedssl", "fedmoco", "above"),
-                              ("fedmoco_lw", "fll_dd", "close")):
+                              ("prog_fedssl", "fedmoco", "above")):
     a, b = ours.get(better), ours.get(base)
     if a is None or b is None:
       continue
     gap = 100 * (a - b)
     if claim == "above":
       verdict = "is above" if a > b else "**is not above**"
-    else:  # The paper: within 1.5 points (LW-FedSSL vs FedMoCo: +1.2 on CIFAR-10).
-      verdict = "is within 1.5 points of" if abs(gap) <= 1.5 else "**is not within 1.5 points of**"
+    else:
+      verdict = ("is within 3.3 points of" if abs(gap) <= 3.3 else
+                 "**is not within 3.3 points of**")
     lines.append(f"{table.row(better).name} {table_report.fmt(a)} {verdict} "
                  f"{table.row(base).name} {table_report.fmt(b)} ({gap:+.1f} points)")
   return lines
