@@ -135,7 +135,7 @@ def paper() -> Table:
   base = _base(dataset="cifar10", encoder="vit_tiny", patch_size=4, rounds=180, local_steps=3,
                samples_per_client=4500, projector=(4096, 4096, 256), predictor=(4096, 256),
                crop_min_scale=0.08, blur=True, checkpoint_every=15, log_every=15)
-  column = Column("cifar10", "CIFAR-10", title="CIFAR-10, 10 clients x 4,500 (IID)")
+  column = Column("cifar10", "CIFAR-10", title="10 clients x 4,500 (IID)")
   return _table("paper", base, 1024, 0.1, column, 0, curve_every=45, notes=(
       "Paper scale: built for a GPU (ViT-Tiny, 180 rounds of 10 clients x 3 epochs of batch 1024).",
       "The paper's numbers: its CIFAR-10 linear evaluation of encoders pretrained on STL-10's "
@@ -159,7 +159,7 @@ def mini() -> Table:
                projector=(256, 256, 64), predictor=(256, 64), crop_min_scale=0.2, blur=False,
                checkpoint_every=MINI_ROUNDS_PER_STAGE, log_every=1)
   column = Column("fashion_mnist", "Fashion-MNIST",
-                  title=f"Fashion-MNIST, 10 clients x {MINI_SAMPLES_PER_CLIENT} (IID)")
+                  title=f"10 clients x {MINI_SAMPLES_PER_CLIENT} (IID)")
   return _table("mini", base, MINI_BATCH, MINI_AUXILIARY, column, 0, curve_every=rounds // 4,
                 notes=(
       f"Mini scale: vit_mini ({MINI_BLOCKS} blocks) on Fashion-MNIST, 10 clients x "
