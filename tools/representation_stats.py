@@ -7,7 +7,9 @@ say (README, "The mini FedEMA table"). Reads a `bin/reproduce` output folder; wr
 Prints a Markdown table, one line per finished cell and one for the encoder at initialization: on the
 first 1,000 test images, the mean pairwise cosine between encoder features and their effective rank
 (exp of the entropy of the centered features' normalized squared singular values: how many directions
-the features use), the loss in the first and last round and, for cells with stateful clients, the
+the features use), the same effective rank of the standardized features (each dimension scaled to
+unit variance, as the linear probe sees them) and the largest direction's share of their variance,
+the loss in the first and last round and, for cells with stateful clients, the
 range over clients of the last stored divergence d, mu and lambda_k (`tff_ssl.federated.fedssl`).
 """
 
@@ -33,14 +35,21 @@ from tff_ssl.federated import client_state  # noqa: E402
 NUM_IMAGES = 1000
 
 
-def feature_stats(features: np.ndarray) -> tuple[float, float]:
-  """(mean pairwise cosine, effective rank) of the rows of `features`."""
+def _spectrum(centered: np.ndarray) -> np.ndarray:
+  s = np.linalg.svd(centered, compute_uv=False)
+  return s**2 / np.sum(s**2)
+
+
+def feature_stats(features: np.ndarray) -> tuple[float, float, float, float]:
+  """(mean pairwise cosine, effective rank, effective rank of the standardized features, their
+  largest direction's share of the variance) of the rows of `features`."""
   f = np.asarray(features, np.float64)
   unit = f / np.linalg.norm(f, axis=1, keepdims=True)
   cosines = (unit @ unit.T)[~np.eye(len(f), dtype=bool)]
-  s = np.linalg.svd(f - f.mean(0), compute_uv=False)
-  p = s**2 / np.sum(s**2)
-  return float(cosines.mean()), float(np.exp(-np.sum(p * np.log(p + 1e-12))))
+  p = _spectrum(f - f.mean(0))
+  z = _spectrum((f - f.mean(0)) / (f.std(0) + 1e-12))
+  rank = lambda q: float(np.exp(-np.sum(q * np.log(q + 1e-12))))  # noqa: E731
+  return float(cosines.mean()), rank(p), rank(z), float(z.max())
 
 
 # A SiameseClientState's scalars in its flattened order (tf.nest sorts a dict's keys; the model's
@@ -73,21 +82,23 @@ def main(out: str) -> None:
   if not runs:
     raise SystemExit(f"{out} has no finished cells (cells/ROW/COLUMN/results.json); pass a "
                      f"bin/reproduce --output_dir")
-  print("| cell | mean pairwise cosine | effective rank | loss, first round | loss, last round | "
-        "client states (last) |")
-  print("|---|---|---|---|---|---|")
+  print("| cell | mean pairwise cosine | effective rank | standardized: effective rank | "
+        "largest share | loss, first round | loss, last round | client states (last) |")
+  print("|---|---|---|---|---|---|---|---|")
   for i, run in enumerate(runs):
     config, encoder = experiment.load_encoder(run)
     test = data_lib.load(config.dataset, "test", data_dir=config.data_dir)
     x = to_float(test.images[:NUM_IMAGES])
     if i == 0:
       tf.keras.utils.set_random_seed(config.seed)
-      cosine, rank = feature_stats(config.build_encoder(test.image_shape)(x, training=False))
-      print(f"| at initialization | {cosine:.3f} | {rank:.1f} | | | |")
-    cosine, rank = feature_stats(encoder(x, training=False))
+      cosine, rank, zrank, share = feature_stats(
+          config.build_encoder(test.image_shape)(x, training=False))
+      print(f"| at initialization | {cosine:.3f} | {rank:.1f} | {zrank:.1f} | {share:.2f} | | | |")
+    cosine, rank, zrank, share = feature_stats(encoder(x, training=False))
     with open(os.path.join(run, "metrics.csv")) as f:
       losses = [line.split(",")[1] for line in f.read().splitlines()[1:]]
     print(f"| {os.path.relpath(run, os.path.join(out, 'cells'))} | {cosine:.3f} | {rank:.1f} | "
+          f"{zrank:.1f} | {share:.2f} | "
           f"{float(losses[0]):.4g} | {float(losses[-1]):.4g} | {state_ranges(run)} |")
 
 

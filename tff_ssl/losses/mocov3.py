@@ -22,8 +22,9 @@ from tff_ssl.losses.moco import unit
 DEFAULT_TEMPERATURE = 0.2
 
 
-def contrastive_loss(q: tf.Tensor, k: tf.Tensor, temperature: float) -> tf.Tensor:
-  """ctr(q, k): 2 t times the mean cross-entropy of each query against the batch's keys."""
+def info_nce(q: tf.Tensor, k: tf.Tensor, temperature: float) -> tf.Tensor:
+  """mean_i -log( exp(q_i . k_i / t) / sum_j exp(q_i . k_j / t) ), q and k l2-normalized: each query
+  against the batch's keys, its own image's the positive; keys are constants (stop-gradient)."""
   if temperature <= 0:
     raise ValueError(f"temperature must be > 0; got {temperature}")
   q = tf.convert_to_tensor(q)
@@ -31,27 +32,21 @@ def contrastive_loss(q: tf.Tensor, k: tf.Tensor, temperature: float) -> tf.Tenso
   check_pairs(q, k)
   logits = tf.matmul(unit(q), tf.stop_gradient(unit(k)), transpose_b=True) / temperature
   labels = tf.range(tf.shape(q)[0])
-  ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-  return 2.0 * temperature * tf.reduce_mean(ce)
+  return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                       logits=logits))
+
+
+def contrastive_loss(q: tf.Tensor, k: tf.Tensor, temperature: float) -> tf.Tensor:
+  """ctr(q, k): 2 t times the mean cross-entropy of each query against the batch's keys."""
+  return 2.0 * temperature * info_nce(q, k, temperature)
 
 
 def alignment_loss(local: tf.Tensor, global_: tf.Tensor, temperature: float) -> tf.Tensor:
   """LW-FedSSL's representation alignment (its Eq. 3, InfoNCE as its Eq. 2, without MoCo v3's 2 t):
   each image's local representation (the local encoder on view 1) against the global encoder's
-  representations of view 2 of every image in the batch, its own image's the positive,
-
-      mean_i -log( exp(l_i . g_i / t) / sum_j exp(l_i . g_j / t) ),   l, g l2-normalized.
-
-  The global representations are constants (stop-gradient): only the local encoder is trained."""
-  if temperature <= 0:
-    raise ValueError(f"temperature must be > 0; got {temperature}")
-  local = tf.convert_to_tensor(local)
-  global_ = tf.convert_to_tensor(global_, local.dtype)
-  check_pairs(local, global_)
-  logits = tf.matmul(unit(local), tf.stop_gradient(unit(global_)), transpose_b=True) / temperature
-  labels = tf.range(tf.shape(local)[0])
-  return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
-                                                                       logits=logits))
+  representations of view 2 of every image in the batch (`info_nce`); the global representations
+  are constants: only the local encoder is trained."""
+  return info_nce(local, global_, temperature)
 
 
 def mocov3_loss(p1, p2, t1, t2, temperature: float = DEFAULT_TEMPERATURE) -> tf.Tensor:
