@@ -12,6 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
+from tff_ssl import cost
 from tff_ssl.federated import client_state
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,9 +51,10 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def run(out, kill_after=-1, **fields):
+def run(out, kill_after=-1, env=None, **fields):
   return subprocess.run([sys.executable, "-c", PROGRAM.format(root=ROOT), str(out), str(kill_after),
-                         repr(fields)], capture_output=True, text=True, timeout=600, check=False)
+                         repr(fields)], capture_output=True, text=True, timeout=600, check=False,
+                        env=None if env is None else {**os.environ, **env})
 
 
 def all_states(run_dir, rounds):
@@ -108,8 +110,14 @@ def test_kill_between_checkpoints_then_rerun_equals_an_uninterrupted_run(tmp_pat
 
 def test_two_thousand_clients_states_stay_on_disk(tmp_path):
   out = tmp_path / "pool"
-  proc = run(out, ssl="byol", rounds=10, num_clients=2000, samples_per_client=1,
-             clients_per_round=400, checkpoint_every=5, group_size=200)
+  # The measuring environment (glibc gives large blocks back on free; TF's tensors from glibc, not
+  # oneDNN's pool) takes the allocator's pools out of the RSS readings: without it they moved by
+  # +-100 MB from round to round and one CI run read +16.6 MB a round against the disk's +26. The
+  # wider projector makes each state 3x larger (84 MB of new states a round), so the signal is well
+  # above what noise remains.
+  proc = run(out, env=cost.MEASURING_ENV, ssl="byol", projector=(128, 32), rounds=10,
+             num_clients=2000, samples_per_client=1, clients_per_round=400, checkpoint_every=5,
+             group_size=200)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out / "resources.csv") as f:
     rows = list(csv.DictReader(f))
@@ -119,16 +127,15 @@ def test_two_thousand_clients_states_stay_on_disk(tmp_path):
   report = (f"{clients} clients with a state; client states on disk {disk[-1]:.0f} MB; Python RSS "
             f"per round (MB): {[round(x) for x in rss]}")
   assert clients > 1500, report
-  # Held in memory, the states would grow the process at least as fast as the store grows on disk
-  # (26 MB a round here). RSS moves by +-100 MB from round to round (TensorFlow's allocator), so
-  # compare the least-squares growth per round from round 2 on, not two single readings. Measured:
-  # +6.4 and +7.7 MB a round over these 10 rounds (ratio 0.24-0.29; the allocator settling: the
-  # README's 100-round run of 1,000 clients has a flat RSS), so the bound is half the disk's growth,
-  # halfway between that and states kept in memory (ratio >= 1).
+  # Held in memory, the states would grow the process at least as fast as the store grows on disk.
+  # Compare the least-squares growth per round from round 2 on, not two single readings. Measured
+  # on this machine: disk +84 MB a round, RSS +8 MB (ratio 0.1; the same +8-10 MB a round with
+  # states 5x larger, so it is the allocator settling, not the states). The bound is half the
+  # disk's growth, well between that and states kept in memory (ratio >= 1).
   rounds = np.arange(2, len(rows))
   disk_slope = np.polyfit(rounds, disk[2:], 1)[0]
   rss_slope = np.polyfit(rounds, rss[2:], 1)[0]
   report += f"; per round from round 2: disk {disk_slope:+.1f} MB, RSS {rss_slope:+.1f} MB"
   print(report)  # Shown with `pytest -s`, and in any failure below.
-  assert disk_slope > 10, report
+  assert disk_slope > 40, report
   assert rss_slope < 0.5 * disk_slope, report
