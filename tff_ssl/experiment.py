@@ -107,6 +107,17 @@ class ExperimentConfig:
   fedema_lambda: float = 0.0
   fedema_tau: float = 0.7
   divergence_measure: str = "paper"
+  # FedFoA's term on top of FedBYOL / FedU / FedEMA (tff_ssl/federated/fedfoa.py): lambda, the warm-up
+  # rounds, the norm of ||Z - Q* R_j||, which bank entries j ("trace": a larger trace than the
+  # client's current R; "all"), the bank ("clients": each client's newest R_bar; "merged": their
+  # mean) and its size (0: the clients per round).
+  fedfoa: bool = False
+  fedfoa_lambda: float = 0.01
+  fedfoa_warmup: int = 5
+  fedfoa_norm: str = "fro"
+  fedfoa_select: str = "trace"
+  fedfoa_bank: str = "clients"
+  fedfoa_bank_size: int = 0
   # FedLAMA (L-DAWA's EUC row, tff_ssl/federated/fedlama.py): the base aggregation interval in rounds
   # and the factor phi of the relaxed layers' interval.
   fedlama_interval: int = 1

@@ -70,6 +70,30 @@ def encode_outputs(model: FunctionalModel, weights, v1, v2) -> list[tuple[tf.Ten
   return [tuple(tf.split(o, 2, axis=0)) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
+def collect(values, spec):
+  """CLIENTS-placed `values` (each client's: the structure of `spec`, nested `tf.TensorSpec`s of one
+  real client's value, stacked on a leading axis over the slot's real clients) concatenated at the
+  SERVER, in the clients' order: a `tff.federated_aggregate` whose accumulator is the concatenation
+  (TFF 0.87 has no `federated_collect`). What is collected is what the type signature shows
+  leaving the clients."""
+  stacked = tff.types.to_type(tf.nest.map_structure(
+      lambda s: tff.TensorType(s.dtype.as_numpy_dtype, [None] + list(s.shape)), spec))
+
+  @tff.tensorflow.computation
+  def zero():
+    return tf.nest.map_structure(lambda s: tf.zeros([0] + list(s.shape), s.dtype), spec)
+
+  @tff.tensorflow.computation(stacked, stacked)
+  def concat(a, b):
+    return tf.nest.map_structure(lambda x, y: tf.concat([x, y], axis=0), a, b)
+
+  @tff.tensorflow.computation(stacked)
+  def identity(a):
+    return a
+
+  return tff.federated_aggregate(values, zero(), concat, concat, identity)
+
+
 def num_examples(data) -> tf.Tensor:
   images = data["images"] if isinstance(data, dict) else data.images
   return tf.cast(tf.shape(images)[0], tf.float32)

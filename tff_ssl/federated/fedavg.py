@@ -32,7 +32,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import aggregators, losses
-from tff_ssl.losses import moco
+from tff_ssl.losses import feature_correlation, moco
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.data.augment import AugmentConfig
@@ -62,6 +62,8 @@ class FedAvgSSLConfig:
   depth_dropout, droppable_blocks: FLL's depth dropout: at each local step each of the ViT encoder's
     first `droppable_blocks` blocks (the frozen ones) is skipped with probability `depth_dropout`
     (`models.vit.block_keep`), drawn from the step's seed.
+  feature_correlation: FedFoA's settings, read by `client_loss` when the client's state brings a
+    bank (`tff_ssl.federated.fedfoa`).
   """
 
   ssl: str = "cco"
@@ -79,6 +81,7 @@ class FedAvgSSLConfig:
   alignment_weight: float = 0.0
   depth_dropout: float = 0.0
   droppable_blocks: int = 0
+  feature_correlation: feature_correlation.FeatureCorrelationConfig | None = None
 
   def __post_init__(self):
     ssl_lib.get(self.ssl)
@@ -131,16 +134,41 @@ def depth_dropout_scope(cfg: "FedAvgSSLConfig", step_seed):
 
 
 def client_loss(model: FunctionalModel, cfg: "FedAvgSSLConfig", outputs: ssl_lib.Outputs, start,
-                v2) -> tf.Tensor:
-  """The client's loss of one step: the SSL method's, plus with `alignment_weight` > 0
-  beta * InfoNCE between the local encoder's features of view 1 and the features the model the
-  client started from (the broadcast, global one: `start`) gives view 2."""
+                v2, ssl_state: dict | None = None, record: dict | None = None) -> tf.Tensor:
+  """The client's loss of one step: the SSL method's, plus
+  - with `alignment_weight` > 0, beta * InfoNCE between the local encoder's features of view 1 and
+    the features the model the client started from (the broadcast, global one: `start`) gives view 2
+    (LW-FedSSL's representation alignment);
+  - with FedFoA's bank in `ssl_state` (`feature_correlation_term`), lambda * its alignment term; the
+    term and its partner count go to `record["fedfoa"]` (for the client's report)."""
   loss = cfg.method.loss(outputs, cfg)
-  if not cfg.alignment_weight:
-    return loss
-  global_features = model(list(start), v2, training=True)[-1]
-  return loss + cfg.alignment_weight * losses.alignment_loss(
-      outputs.h1, tf.stop_gradient(global_features), cfg.temperature)
+  if cfg.alignment_weight:
+    global_features = model(list(start), v2, training=True)[-1]
+    loss += cfg.alignment_weight * losses.alignment_loss(
+        outputs.h1, tf.stop_gradient(global_features), cfg.temperature)
+  if ssl_state and "fedfoa_bank" in ssl_state:
+    term, partners = feature_correlation_term(cfg.feature_correlation, outputs, ssl_state)
+    if record is not None:
+      record["fedfoa"] = (tf.stop_gradient(term), partners)
+    loss += cfg.feature_correlation.weight * term
+  return loss
+
+
+def feature_correlation_term(fc: feature_correlation.FeatureCorrelationConfig,
+                             outputs: ssl_lib.Outputs, ssl_state: dict):
+  """FedFoA's alignment term of one step (`losses.feature_correlation`), averaged over the two views'
+  projections (each view is a batch of features Z, as the SSL loss is symmetrized), and the mean
+  number of bank entries it aligned to. Zero, with no SVD computed, when no entry is valid (the
+  warm-up rounds, an empty bank)."""
+  bank, valid = ssl_state["fedfoa_bank"], ssl_state["fedfoa_valid"]
+
+  def term():
+    parts = [feature_correlation.alignment_loss(z, bank, valid, fc.norm, fc.select)
+             for z in (outputs.z1, outputs.z2)]
+    return (parts[0][0] + parts[1][0]) / 2.0, (parts[0][1] + parts[1][1]) / 2.0
+
+  zero = tf.constant(0.0)
+  return tf.cond(tf.reduce_any(valid), term, lambda: (zero, zero))
 
 
 def _ema(target, current, decay: float):
@@ -159,21 +187,30 @@ def initial_ssl_state(model: FunctionalModel, cfg: "FedAvgSSLConfig") -> dict:
   return out
 
 
-def _next_ssl_state(cfg, ssl_state: dict, start, current, outputs: ssl_lib.Outputs) -> dict:
-  """The SSL state after a step that moved the online weights to `current` (all tensors)."""
+def _next_ssl_state(cfg, ssl_state: dict, start, current, outputs: ssl_lib.Outputs,
+                    record: dict) -> dict:
+  """The SSL state after a step that moved the online weights to `current` (all tensors); `record`:
+  what the step's loss recorded (`client_loss`)."""
   out = dict(ssl_state)
   if "target" in out:
     out["target"] = _ema(list(start) if out["target"] is None else out["target"], current,
                          cfg.target_decay)
   if "queue" in out:
     out["queue"] = moco.enqueue(out["queue"], outputs.t2)
+  if "fedfoa_r_sum" in out:  # FedFoA: R of this step's batch (both views), and its term.
+    r = [feature_correlation.correlation_r(tf.stop_gradient(z)) for z in (outputs.z1, outputs.z2)]
+    term, partners = record["fedfoa"]
+    out.update(fedfoa_r_sum=out["fedfoa_r_sum"] + (r[0] + r[1]) / 2.0,
+               fedfoa_steps=out["fedfoa_steps"] + 1.0,
+               fedfoa_term_sum=out["fedfoa_term_sum"] + term,
+               fedfoa_partner_sum=out["fedfoa_partner_sum"] + partners)
   return out
 
 
 def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, ssl_state):
   """E full-batch steps on the client's images (new views at each step)."""
   method = cfg.method
-  carry = [ssl_state, None]  # The SSL state; the last step's outputs.
+  carry = [ssl_state, None, {}]  # The SSL state; the last step's outputs and record.
 
   def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
@@ -181,10 +218,10 @@ def _full_batch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask,
     with depth_dropout_scope(cfg, step_seed):
       carry[1] = view_outputs(model, method, current, carry[0].get("target"), v1, v2,
                               carry[0].get("queue"))
-      return client_loss(model, cfg, carry[1], weights, v2)
+      return client_loss(model, cfg, carry[1], weights, v2, carry[0], carry[2])
 
   def after_step(current):
-    carry[0] = _next_ssl_state(cfg, carry[0], weights, current, carry[1])
+    carry[0] = _next_ssl_state(cfg, carry[0], weights, current, carry[1], carry[2])
 
   delta, first, mean = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
                                              cfg.client_learning_rate, loss_of, after_step,
@@ -222,18 +259,19 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, 
       client = {"images": tf.gather(images, idx), "ids": tf.gather(ids, idx)}
       step_seed = tf.random.experimental.stateless_fold_in(seed, step)
       v1, v2 = common.views(client, step_seed, cfg.augment)
-      outputs = [None]
+      outputs, record = [None], {}
 
       def loss_of(trained):
         with depth_dropout_scope(cfg, step_seed):
           outputs[0] = view_outputs(model, method, mask.merge(trained, weights),
                                     ssl_state.get("target"), v1, v2, ssl_state.get("queue"))
-          return client_loss(model, cfg, outputs[0], weights, v2)
+          return client_loss(model, cfg, outputs[0], weights, v2, ssl_state, record)
 
       opt_state, new, loss = common.client_step(
           opt, opt_state, current, loss_of,
           common.coupled_weight_decay(cfg.client_optimizer, cfg.client_weight_decay))
-      ssl_state = _next_ssl_state(cfg, ssl_state, weights, mask.merge(new, weights), outputs[0])
+      ssl_state = _next_ssl_state(cfg, ssl_state, weights, mask.merge(new, weights), outputs[0],
+                                  record)
       first = tf.where(tf.equal(step, 0), loss, first)  # (`==` is identity in TFF's graphs.)
       return step + 1, new, ssl_state, opt_state, first, loss_sum + loss
 
@@ -322,22 +360,29 @@ class FedAvgSSLProcess(common.ServerLoop):
     info_type = aggregators.client_info_type(u_type)
     data_type = (grouping.group_input_type(image_shape) if simulation.grouped
                  else common.client_input_type(image_shape))
-    state_type = context_type = extra_type = None
+    state_type = context_type = extra_type = ids_type = report_spec = None
+    slot_dims = [None] if simulation.grouped else []  # A grouped slot stacks its clients' values.
     if client_state is not None:
       one = client_state.spec(model)
       self._initial_client_state = client_state.initial(model)
       state_type = tff.types.to_type(tf.nest.map_structure(
-          lambda s: tff.TensorType(s.dtype.as_numpy_dtype,
-                                   ([None] if simulation.grouped else []) + list(s.shape)), one))
+          lambda s: tff.TensorType(s.dtype.as_numpy_dtype, slot_dims + list(s.shape)), one))
       context = client_state.context_spec(model)
       if context is not None:
         context_type = tff.types.to_type(tf.nest.map_structure(
             lambda s: tff.TensorType(s.dtype.as_numpy_dtype, list(s.shape)), context))
-      # What a stateful client takes beside the weights, seed and data: its state, and the round's
-      # broadcast context where the method has one.
+      report_spec = client_state.report_spec(model)
+      if report_spec is not None:
+        # Each client's upload beside its update: (its id, its report), collected at the server.
+        report_spec = collections.OrderedDict(client=tf.TensorSpec([], tf.int64), **report_spec)
+        ids_type = tff.TensorType(np.int64, slot_dims)
+      # What a stateful client takes beside the weights, seed and data: its state, the round's
+      # broadcast context where the method has one, and its id where it reports.
       extra_type = tff.types.to_type(collections.OrderedDict(
-          [("states", state_type)] + ([("context", context_type)] if context_type else [])))
+          [("states", state_type)] + ([("context", context_type)] if context_type else []) +
+          ([("ids", ids_type)] if ids_type else [])))
     self._context_type = context_type
+    self._reports = report_spec is not None
     factory = aggregation_factory if aggregation_factory is not None else (
         aggregators.FedAvgFactory())
     if simulation.grouped:
@@ -388,26 +433,36 @@ class FedAvgSSLProcess(common.ServerLoop):
           collections.OrderedDict(clients=tf.cast(tf.shape(n)[0], tf.float32)))
       return contribution, tf.reduce_sum(n * losses_k) / tf.reduce_sum(n), tf.reduce_sum(n)
 
-    def client_round(weights, seed, client, state, context=None):
-      """One real client's round: (upload Delta_k, first-step loss, mean loss, N_k, new state)."""
+    def client_round(weights, seed, client, state, context=None, client_id=None):
+      """One real client's round: (upload Delta_k, first-step loss, mean loss, N_k, new state
+      (None: stateless) and, with its id, (new state, its report))."""
       if client_state is None:
         delta, first_loss, mean_loss, _ = local_training(model, cfg, weights, seed, client, mask)
         return delta, first_loss, mean_loss, common.num_examples(client), None
       start = client_state.begin(state, list(weights), context)
+      ssl_state = dict(initial_ssl_state(model, cfg),
+                       **(client_state.ssl_state(state, start, context, client_id) or {}))
       delta, first_loss, mean_loss, ssl_state = local_training(
-          model, cfg, start, seed, client, mask, client_state.ssl_state(state, start))
+          model, cfg, start, seed, client, mask, ssl_state)
       n = common.num_examples(client)
       # Delta_k relative to the broadcast model, whatever the client started from.
       upload = [g - s + d for g, s, d in zip(mask.select(weights), mask.select(start), delta)]
-      return (upload, first_loss, mean_loss, n,
-              client_state.end(state, mask.select(weights), upload, n, mean_loss, ssl_state,
-                               context))
+      new_state = client_state.end(state, mask.select(weights), upload, n, mean_loss, ssl_state,
+                                   context)
+      if client_id is not None:
+        report = collections.OrderedDict(client=client_id,
+                                         **client_state.report(ssl_state, context))
+        new_state = (new_state, report)
+      return upload, first_loss, mean_loss, n, new_state
 
-    def looped_group_update(weights, seed, data, round_num, states, context=None):
-      def one_client(images, ids, *rest):
+    def looped_group_update(weights, seed, data, round_num, states, context=None, ids=None):
+      def one_client(images, ids_k, *rest):
         state, acc = rest if states is not None else (None, rest[0])
+        if ids is not None:
+          state, client_id = state
         delta, first_loss, mean_loss, n, new_state = client_round(
-            weights, seed, {"images": images, "ids": ids}, state, context)
+            weights, seed, {"images": images, "ids": ids_k}, state, context,
+            client_id if ids is not None else None)
         scale, log_weight, stats = factory.client_terms(
             delta, ClientInfo(n, mean_loss, mask.select(weights)), round_num)
         acc = (factory.accumulate(acc[0], delta, scale, log_weight, stats),
@@ -415,21 +470,29 @@ class FedAvgSSLProcess(common.ServerLoop):
         return acc if states is None else (acc, new_state)
 
       zero = tf.constant(0.0)
+      # A client that reports folds (state, id) into (new state, report).
+      folded, out_specs = states, None
+      if ids is not None:
+        folded = (states, ids)
+        out_specs = (tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), states),
+                     report_spec)
       out = grouping.fold_clients(
-          data, one_client, (factory.initial_accumulator(specs), zero, zero), states)
+          data, one_client, (factory.initial_accumulator(specs), zero, zero), folded, out_specs)
       (acc, loss_sum, n), new_states = out if states is not None else (out, None)
       return factory.finalize(acc, mask.select(weights)), loss_sum / n, n, new_states
 
     if simulation.grouped:
-      def grouped_update(weights, seed, data, round_num, states=None, context=None):
+      def grouped_update(weights, seed, data, round_num, states=None, context=None, ids=None):
         if batched:
           contribution, loss, n = batched_group_update(weights, seed, data)
           new_states = None
         else:
           contribution, loss, n, new_states = looped_group_update(weights, seed, data, round_num,
-                                                                  states, context)
+                                                                  states, context, ids)
         out = (aggregators.base._as_struct(contribution), loss, n)  # pylint: disable=protected-access
-        return out if new_states is None else out + (new_states,)
+        if new_states is None:
+          return out
+        return out + ((new_states,) if ids is None else tuple(new_states))  # + reports
 
       if state_type is None:
         @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, np.int32)
@@ -439,13 +502,19 @@ class FedAvgSSLProcess(common.ServerLoop):
         @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, np.int32, extra_type)
         def client_update(weights, seed, data, round_num, extra):
           return grouped_update(weights, seed, data, round_num, extra["states"],
-                                extra["context"] if context_type else None)
+                                extra["context"] if context_type else None,
+                                extra["ids"] if ids_type else None)
     else:
-      def reference_update(weights, seed, data, state=None, context=None):
+      def reference_update(weights, seed, data, state=None, context=None, client_id=None):
         delta, first_loss, mean_loss, n, new_state = client_round(weights, seed, data, state,
-                                                                  context)
+                                                                  context, client_id)
         out = (delta, first_loss, n, mean_loss)
-        return out if new_state is None else out + (new_state,)
+        if new_state is None:
+          return out
+        if client_id is None:
+          return out + (new_state,)
+        new_state, report = new_state  # The report as a one-client stack, as a grouped slot's.
+        return out + (new_state, tf.nest.map_structure(lambda x: x[None], report))
 
       if state_type is None:
         @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
@@ -455,9 +524,10 @@ class FedAvgSSLProcess(common.ServerLoop):
         @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, extra_type)
         def client_update(weights, seed, data, extra):
           return reference_update(weights, seed, data, extra["states"],
-                                  extra["context"] if context_type else None)
+                                  extra["context"] if context_type else None,
+                                  extra["ids"] if ids_type else None)
 
-    def round_body(weights, aggregator_state, seed, data, states=None, context=None):
+    def round_body(weights, aggregator_state, seed, data, states=None, context=None, ids=None):
       weights_at_clients = tff.federated_broadcast(weights)
       seed_at_clients = tff.federated_broadcast(seed)
       extra = ()
@@ -465,13 +535,15 @@ class FedAvgSSLProcess(common.ServerLoop):
         parts = collections.OrderedDict(states=states)
         if context is not None:
           parts["context"] = tff.federated_broadcast(context)
+        if ids is not None:
+          parts["ids"] = ids
         extra = (tff.federated_zip(parts),)
       if simulation.grouped:
         out = tff.federated_map(client_update, (
             weights_at_clients, seed_at_clients, data,
             tff.federated_broadcast(aggregator_state.round)) + extra)
         aggregated = aggregator.next(aggregator_state, out[0])
-        new_states = out[3] if extra else None
+        first_state = 3
       else:
         out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients, data) + extra)
         trained_at_clients = (weights_at_clients if mask.full
@@ -479,12 +551,14 @@ class FedAvgSSLProcess(common.ServerLoop):
         info = tff.federated_zip(collections.OrderedDict(
             num_examples=out[2], loss=out[3], model=trained_at_clients))
         aggregated = aggregator.next(aggregator_state, out[0], info)
-        new_states = out[4] if extra else None
+        first_state = 4
       result = collections.OrderedDict(aggregator_state=aggregated.state, update=aggregated.result,
                                        loss=tff.federated_mean(out[1], weight=out[2]),
                                        measurements=aggregated.measurements)
-      if new_states is not None:
-        result["client_states"] = new_states
+      if extra:
+        result["client_states"] = out[first_state]  # Stay at the clients.
+      if ids is not None:  # Uploaded: every client's (id, report), at the server.
+        result["reports"] = common.collect(out[first_state + 1], report_spec)
       return result
 
     @tff.tensorflow.computation(w_type)
@@ -493,21 +567,32 @@ class FedAvgSSLProcess(common.ServerLoop):
 
     server_types = (tff.FederatedType(w_type, tff.SERVER), agg_state_type,
                     tff.FederatedType(common.SEED_TYPE, tff.SERVER))
+    data_at_clients = tff.FederatedType(data_type, tff.CLIENTS)
+    states_at_clients = tff.FederatedType(state_type, tff.CLIENTS) if state_type else None
+    context_at_server = tff.FederatedType(context_type, tff.SERVER) if context_type else None
+    ids_at_clients = tff.FederatedType(ids_type, tff.CLIENTS) if ids_type else None
     if state_type is None:
-      @tff.federated_computation(*server_types, tff.FederatedType(data_type, tff.CLIENTS))
+      @tff.federated_computation(*server_types, data_at_clients)
       def run_round(weights, aggregator_state, seed, data):
         return round_body(weights, aggregator_state, seed, data)
-    elif context_type is None:
-      @tff.federated_computation(*server_types, tff.FederatedType(data_type, tff.CLIENTS),
-                                 tff.FederatedType(state_type, tff.CLIENTS))
+    elif context_type is None and ids_type is None:
+      @tff.federated_computation(*server_types, data_at_clients, states_at_clients)
       def run_round(weights, aggregator_state, seed, data, states):
         return round_body(weights, aggregator_state, seed, data, states)
-    else:
-      @tff.federated_computation(*server_types, tff.FederatedType(data_type, tff.CLIENTS),
-                                 tff.FederatedType(state_type, tff.CLIENTS),
-                                 tff.FederatedType(context_type, tff.SERVER))
+    elif ids_type is None:
+      @tff.federated_computation(*server_types, data_at_clients, states_at_clients,
+                                 context_at_server)
       def run_round(weights, aggregator_state, seed, data, states, context):
         return round_body(weights, aggregator_state, seed, data, states, context)
+    elif context_type is None:
+      @tff.federated_computation(*server_types, data_at_clients, states_at_clients, ids_at_clients)
+      def run_round(weights, aggregator_state, seed, data, states, ids):
+        return round_body(weights, aggregator_state, seed, data, states, ids=ids)
+    else:
+      @tff.federated_computation(*server_types, data_at_clients, states_at_clients,
+                                 context_at_server, ids_at_clients)
+      def run_round(weights, aggregator_state, seed, data, states, context, ids):
+        return round_body(weights, aggregator_state, seed, data, states, context, ids)
 
     self.client_update = client_update
     self.run_round = run_round
@@ -515,9 +600,12 @@ class FedAvgSSLProcess(common.ServerLoop):
     self.factory = factory
 
   def compute_update(self, state: common.ServerState, clients: list[dict],
-                     client_states: list | None = None) -> dict:
+                     client_states: list | None = None,
+                     client_ids: Sequence[int] | None = None) -> dict:
     """The round's aggregated update, mean client loss, aggregator state and measurements (and the
-    clients' new states, for a stateful process), before the server optimizer step."""
+    clients' new states, for a stateful process, and the clients' reports, `reports`: each a NumPy
+    array with a leading axis over the round's clients, `client` their ids), before the server
+    optimizer step."""
     if not clients:
       raise ValueError("a FedAvg round needs at least one client")
     need = self.config.method.min_samples
@@ -534,7 +622,17 @@ class FedAvgSSLProcess(common.ServerLoop):
                   else client_states)
       if self._context_type is not None:
         args.append(self.client_context(state))
+      if self._reports:
+        if client_ids is None or len(client_ids) != len(clients):
+          raise ValueError("this process's clients report to the server: compute_update() needs "
+                           "the clients' ids (one per client)")
+        ids = np.asarray(client_ids, np.int64)
+        args.append([ids[g:g + len(d["sizes"])] for g, d in
+                     zip(np.cumsum([0] + [len(d["sizes"]) for d in data[:-1]]), data)]
+                    if grouped else list(ids))
     out = dict(self.run_round(*args))
+    if self._reports:
+      out["reports"] = {k: np.asarray(v) for k, v in dict(out["reports"]).items()}
     if self.client_state is not None:
       sizes = [len(g["sizes"]) for g in data] if grouped else [1] * len(clients)
       new = out["client_states"]
@@ -552,7 +650,7 @@ class FedAvgSSLProcess(common.ServerLoop):
         raise ValueError("this process keeps client state: next() needs the clients' ids (one per "
                          "client) and a client_state.ClientStateStore")
       states = store.read(client_ids, state.round_num, self._initial_client_state)
-    out = self.compute_update(state, clients, states)
+    out = self.compute_update(state, clients, states, client_ids)
     update, method_state, extra_metrics = self.server_stage(state, out)
     new_state, metrics = self.finish_round(state, update, out["loss"], len(clients),
                                            out["aggregator_state"], method_state)

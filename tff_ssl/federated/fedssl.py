@@ -46,7 +46,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tff_ssl.federated import client_state as client_state_lib
-from tff_ssl.federated import common, fedavg
+from tff_ssl.federated import common, fedavg, fedfoa
 from tff_ssl.method import Method
 
 ONLINE_UPDATES = ("global", "fedu", "ema")
@@ -180,9 +180,10 @@ class SiameseClientState(client_state_lib.ClientState):
     start, _, _, _ = self._start(state, self.mask.select(list(weights)))
     return self.mask.merge(start, list(weights))
 
-  def ssl_state(self, state, start):
+  def ssl_state(self, state, start, context=None, client_id=None):
     """A returning client's own target network (and queue); a new one's: `start` (and zeros, the
     stored initial value)."""
+    del context, client_id
     out = {}
     returning = tf.greater(state["rounds"], 0.0)
     if self.ema_target:
@@ -222,9 +223,10 @@ def build(config, model, image_shape, stateful: StatefulConfig):
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
                              fedavg_config.moco_queue if method.queue else 0)
-  return fedavg.FedAvgSSLProcess(model, image_shape,
-                                 common.server_optimizer_for(config, model.names), fedavg_config,
-                                 aggregator.build(model), simulation, client_state=state)
+  state, fedavg_config = fedfoa.wrap(config, state, fedavg_config)  # With --fedfoa.
+  return fedfoa.process_class(config)(
+      model, image_shape, common.server_optimizer_for(config, model.names), fedavg_config,
+      aggregator.build(model), simulation, client_state=state)
 
 
 def method(name: str, stateful_of, summary: str, fields: tuple[str, ...] = (),
@@ -235,8 +237,11 @@ def method(name: str, stateful_of, summary: str, fields: tuple[str, ...] = (),
   def validate(config):
     fedavg.process_config(config)
     stateful_of(config)
+    fedfoa.validate(config)
 
-  return Method(name=name, kind="federated", fields=FIELDS + fields, ssl=ssl, validate=validate,
+  return Method(name=name, kind="federated", fields=FIELDS + fields + fedfoa.FIELDS, ssl=ssl,
+                validate=validate,
                 build=lambda config, model, shape: build(config, model, shape, stateful_of(config)),
-                min_samples=fedavg.METHOD.min_samples, divergence_hint=fedavg.divergence_hint,
-                summary=summary)
+                min_samples=lambda config: fedfoa.min_samples(
+                    config, fedavg.METHOD.min_samples(config)),
+                divergence_hint=fedavg.divergence_hint, summary=summary)
