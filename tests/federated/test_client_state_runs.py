@@ -64,7 +64,9 @@ def all_states(run_dir, rounds):
 
 
 @pytest.mark.parametrize("method", [dict(method="toy_stateful"),
-                                    dict(method="fedema", ssl="byol", fedema_tau=0.7),
+                                    # With FedFoA: its bank is method state (resumed at 3).
+                                    dict(method="fedema", ssl="byol", fedema_tau=0.7, fedfoa=True,
+                                         fedfoa_warmup=1, samples_per_client=8),
                                     dict(method="fedmoco", ssl="moco", moco_queue=16),
                                     dict(method="fedlama", ssl="simclr"),
                                     # Stateless, staged: 3 rounds a stage; resumes inside stage 2.
@@ -75,8 +77,8 @@ def all_states(run_dir, rounds):
                                          server_lr_schedule="constant")],
                          ids=lambda m: m["method"])
 def test_kill_between_checkpoints_then_rerun_equals_an_uninterrupted_run(tmp_path, method):
-  fields = dict(rounds=6, num_clients=20, samples_per_client=2, clients_per_round=5,
-                checkpoint_every=3, **method)
+  fields = {**dict(rounds=6, num_clients=20, samples_per_client=2, clients_per_round=5,
+                  checkpoint_every=3), **method}
   whole, crashed = tmp_path / "whole", tmp_path / "crashed"
   proc = run(whole, **fields)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -93,6 +95,10 @@ def test_kill_between_checkpoints_then_rerun_equals_an_uninterrupted_run(tmp_pat
     with open(whole / "aggregation.csv") as f:
       synced = [float(r["fedlama_synced"]) for r in csv.DictReader(f)]
     assert [s == 1.0 for s in synced] == [True, True, False, True, False, True], synced
+  if method.get("fedfoa"):  # The bank was in use on both sides of the resume.
+    with open(whole / "aggregation.csv") as f:
+      partners = [float(r["fedfoa_partners"]) for r in csv.DictReader(f)]
+    assert partners[0] == 0 and min(partners[1:]) > 0, partners
   a, b = all_states(str(whole), 6), all_states(str(crashed), 6)
   assert sorted(a) == sorted(b) and (len(a) > 5) == (method["method"] != "fedmoco_lw")
   for cid in a:
