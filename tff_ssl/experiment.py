@@ -118,6 +118,9 @@ class ExperimentConfig:
   fedfoa_select: str = "trace"
   fedfoa_bank: str = "clients"
   fedfoa_bank_size: int = 0
+  # Heterogeneous clients (tff_ssl/federated/heterogeneous.py): client c's encoder is
+  # architectures[c % len(architectures)].
+  architectures: tuple[str, ...] = ("resnet14", "resnet18", "vgg9", "alexnet")
   # FedLAMA (L-DAWA's EUC row, tff_ssl/federated/fedlama.py): the base aggregation interval in rounds
   # and the factor phi of the relaxed layers' interval.
   fedlama_interval: int = 1
@@ -153,6 +156,11 @@ class ExperimentConfig:
 
   def __post_init__(self):
     object.__setattr__(self, "projector", tuple(int(s) for s in self.projector))
+    object.__setattr__(self, "architectures", tuple(str(a) for a in self.architectures))
+    if not self.architectures:
+      raise ValueError("architectures must name at least one encoder")
+    for a in self.architectures:
+      _choice("architectures", a, models.ENCODERS)
     _choice("method", self.method, methods.METHODS)
     _choice("ssl", self.ssl, ssl_lib.SSL_METHODS)
     _choice("dataset", self.dataset, data_lib.SOURCES)
@@ -168,11 +176,11 @@ class ExperimentConfig:
       raise ValueError(f"stem_stride must be 1 or 2; got {self.stem_stride}")
     vit = self.encoder in models.VITS
     if not vit and (self.depth or self.patch_size):
-      raise ValueError(f"depth and patch_size are ViT options; encoder {self.encoder!r} is a ResNet "
+      raise ValueError(f"depth and patch_size are ViT options; encoder {self.encoder!r} is not a ViT "
                        f"(use --encoder=vit_tiny or vit_mini, or drop them)")
-    if vit and self.stem_stride != 1:
-      raise ValueError(f"stem_stride is a ResNet option; encoder {self.encoder!r} is a ViT (set its "
-                       f"token grid with --patch_size)")
+    if self.encoder not in models.RESNETS and self.stem_stride != 1:
+      raise ValueError(f"stem_stride is a ResNet option; encoder {self.encoder!r} is not a ResNet "
+                       f"(drop --stem_stride)")
     if self.depth < 0 or self.patch_size < 0:
       raise ValueError(f"depth and patch_size must be >= 0 (0: the encoder's own); got "
                        f"depth={self.depth}, patch_size={self.patch_size}")
@@ -391,7 +399,7 @@ def load_config(run_dir: str) -> ExperimentConfig:
                      f"bin/train")
   with open(hparams_path) as f:
     fields = json.load(f)
-  for name in ("projector", "predictor"):
+  for name in ("projector", "predictor", "architectures"):
     if name in fields:
       fields[name] = tuple(fields[name])
   return ExperimentConfig(**fields)

@@ -11,6 +11,8 @@
   prog_fedssl  Prog-FedSSL: ViT blocks 1..s trained in stage s        (tff_ssl/federated/prog_fedssl.py)
   lw_fedssl    LW-FedSSL: FedMoCo-LW + server calibration + alignment (tff_ssl/federated/lw_fedssl.py)
   fll_dd       FLL + depth dropout: FedMoCo-LW, frozen blocks skipped (tff_ssl/federated/fll_dd.py)
+  heterogeneous  clients of different architectures, own models; --fedfoa: exchange R only
+                                                                     (tff_ssl/federated/heterogeneous.py)
   centralized  pretraining on the pooled data (the upper bound)      (tff_ssl/training/)
   supervised   training from scratch on the labeled fraction         (tff_ssl/evaluation/)
 
@@ -21,7 +23,7 @@ Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).feder
 from __future__ import annotations
 
 from tff_ssl.federated import (dcco, fedavg, fedbyol, fedema, fedlama, fedmoco, fedmoco_lw, fedu,
-                               fll_dd, lw_fedssl, prog_fedssl)
+                               fll_dd, heterogeneous, lw_fedssl, prog_fedssl)
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.training import centralized
 
@@ -41,6 +43,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     prog_fedssl.METHOD,
     lw_fedssl.METHOD,
     fll_dd.METHOD,
+    heterogeneous.METHOD,
     centralized.METHOD,
     SUPERVISED,
 )}

@@ -9,7 +9,7 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_ssl import experiment
-from tff_ssl.federated import client_state, common, fedfoa, fedssl
+from tff_ssl.federated import client_state, common, fedfoa, fedssl, heterogeneous
 from tff_ssl.federated.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
@@ -125,3 +125,93 @@ def test_fedfoa_needs_batches_of_at_least_n_images():
   with pytest.raises(ValueError, match="--local_batch_size=8 is below the projection's n = 16"):
     experiment.ExperimentConfig(method="fedema", ssl="byol", fedfoa=True, local_batch_size=8,
                                 projector=(32, 16), dataset="synthetic")
+
+
+# --- Heterogeneous clients --------------------------------------------------------------------------
+
+HETERO_ROUNDS = [[0, 1, 2, 3], [2, 1, 0, 3]]
+HFC = dataclasses.replace(FC, bank_size=4)
+
+
+def hetero_process(simulation, fc=HFC, architectures=("resnet14", "vgg9")):
+  config = experiment.ExperimentConfig(
+      method="heterogeneous", ssl="byol", dataset="synthetic", architectures=architectures,
+      width=0.25, projector=(DIM,), predictor=(16, DIM), num_clients=4, clients_per_round=4,
+      client_learning_rate=0.05, fedfoa=fc is not None, seed=3)
+  fedavg_config = dataclasses.replace(BYOL, seed=3)
+  return heterogeneous.HeterogeneousProcess(
+      heterogeneous.models_of(config, SHAPE), list(architectures), SHAPE, fedavg_config,
+      simulation, fc)
+
+
+def hetero_run(process):
+  store = client_state.MemoryClientStateStore()
+  server, metrics = [process.initialize()], []
+  for ids in HETERO_ROUNDS:
+    state, m = process.next(server[-1], clients_of(ids, n=DIM), client_ids=ids, store=store)
+    server.append(state)
+    metrics.append(m)
+  return server, metrics, store
+
+
+@pytest.fixture(scope="module")
+def hetero_runs():
+  return {"reference": hetero_run(hetero_process(Simulation(mode="reference"))),
+          "grouped": hetero_run(hetero_process(Simulation(group_size=1))),
+          "alone": hetero_run(hetero_process(Simulation(), fc=None))}
+
+
+def test_heterogeneous_clients_align_to_every_other_client_after_the_warmup(hetero_runs):
+  server, metrics, store = hetero_runs["grouped"]
+  agg = [m["aggregation"] for m in metrics]
+  assert float(agg[0]["fedfoa_partners"]) == 0
+  assert float(agg[1]["fedfoa_partners"]) == 3  # The bank holds all four; never one's own.
+  assert sorted(server[-1].method_state["ids"].tolist()) == [0, 1, 2, 3]
+  assert set(agg[1]) >= {"loss_resnet14", "loss_vgg9"}
+  assert server[-1].weights == []  # No global model.
+  # Each client trained its own architecture's model: client 0 and 2 share resnet14's shapes.
+  states = store.read([0, 1, 2], 2, None)
+  assert [w.shape for w in states[0]["online"]] == [w.shape for w in states[2]["online"]]
+  assert [w.shape for w in states[0]["online"]] != [w.shape for w in states[1]["online"]]
+
+
+def test_heterogeneous_same_rounds_in_both_simulation_modes_and_alone_until_the_warmup_ends(
+    hetero_runs):
+  ref, grp, alone = (hetero_runs[k][2] for k in ("reference", "grouped", "alone"))
+  for cid in range(4):
+    for a, b in zip(ref.read([cid], 2, None)[0]["online"], grp.read([cid], 2, None)[0]["online"]):
+      np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, np.abs(a).max()))
+    # Round 0 is the warm-up: FedFoA's clients trained exactly as alone.
+    for a, b in zip(alone.read([cid], 1, None)[0]["online"], grp.read([cid], 1, None)[0]["online"]):
+      np.testing.assert_array_equal(a, b)
+  gap = max(np.abs(a - b).max() for a, b in zip(alone.read([0], 2, None)[0]["online"],
+                                                  grp.read([0], 2, None)[0]["online"]))
+  assert gap > 1e-6
+
+
+def test_heterogeneous_type_signatures_show_no_weights_leave_a_client():
+  f32, i64, k = np.float32, np.int64, HFC.bank_size
+  # Everything at the SERVER, in and out: the seed and FedFoA's bank (bank, its ids, warm-up flag);
+  # the mean loss, the example count and each client's (id, R_bar, term, partners). Weights only
+  # ever appear in `client_states`, placed at the CLIENTS.
+  want = {True: [(i64, (2,)), (f32, (k, DIM, DIM)), (i64, (k,)), (f32, ()),
+                 (f32, ()), (f32, ()),
+                 (i64, (None,)), (f32, (None, DIM, DIM)), (f32, (None,)), (f32, (None,))],
+          False: [(i64, (2,)), (f32, ()), (f32, ())]}
+  for fc in (HFC, None):
+    process = hetero_process(Simulation(group_size=1), fc)
+    for run_round in process.round_of:
+      sig = run_round.type_signature
+      server_parts = [p for p in sig.parameter if p.placement is tff.SERVER] + [
+          r for r in sig.result if r.placement is tff.SERVER]
+      leaves = [leaf for part in server_parts for leaf in _leaf_types(part.member)]
+      assert leaves == want[fc is not None], leaves
+      assert sig.result.client_states.placement is tff.CLIENTS
+      assert [n for n, _ in tff.structure.iter_elements(sig.result)] == (
+          ["loss", "examples", "client_states"] + (["reports"] if fc else []))
+
+
+def _leaf_types(t):
+  if isinstance(t, tff.TensorType):
+    return [(np.dtype(t.dtype).type, tuple(t.shape))]
+  return [leaf for _, member in tff.structure.iter_elements(t) for leaf in _leaf_types(member)]

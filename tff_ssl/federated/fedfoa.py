@@ -144,6 +144,17 @@ def update_bank(bank, client_ids: Sequence[int], rs: np.ndarray,
   return collections.OrderedDict(r=r, ids=ids, stamp=stamp)
 
 
+def measurements(reports: dict, bank) -> collections.OrderedDict:
+  """A round's FedFoA measurements (aggregation.csv): the clients' mean alignment term per step
+  (`fedfoa_term`), mean number of entries aligned to (`fedfoa_partners`), mean tr(R_bar)
+  (`fedfoa_trace`), and the bank's filled entries."""
+  return collections.OrderedDict(
+      fedfoa_term=np.float32(np.mean(reports["term"])),
+      fedfoa_partners=np.float32(np.mean(reports["partners"])),
+      fedfoa_trace=np.float32(np.mean(np.trace(reports["r"], axis1=1, axis2=2))),
+      fedfoa_bank_entries=np.float32(np.sum(np.asarray(bank["ids"]) != EMPTY)))
+
+
 class FedFoAProcess(fedavg.FedAvgSSLProcess):
   """A FedAvg-style process whose client state is a `FeatureCorrelationState`: the bank in the
   method state, broadcast to the clients, refilled from their reports each round."""
@@ -171,12 +182,7 @@ class FedFoAProcess(fedavg.FedAvgSSLProcess):
   def server_stage(self, state, out):
     reports = out["reports"]
     bank = update_bank(state.method_state, reports["client"], reports["r"], self.fedfoa)
-    measurements = collections.OrderedDict(
-        fedfoa_term=np.float32(np.mean(reports["term"])),
-        fedfoa_partners=np.float32(np.mean(reports["partners"])),
-        fedfoa_trace=np.float32(np.mean(np.trace(reports["r"], axis1=1, axis2=2))),
-        fedfoa_bank_entries=np.float32(np.sum(bank["ids"] != EMPTY)))
-    return out["update"], bank, measurements
+    return out["update"], bank, measurements(reports, bank)
 
 
 def check_batch(config, dim: int) -> None:

@@ -93,6 +93,24 @@ def keras_encoder(model: FunctionalModel, weights: list[np.ndarray]) -> tf.keras
   return model.keras_model(weights).get_layer(ENCODER_NAME)
 
 
+def run_encoders(process, model: FunctionalModel, state: ServerState | None,
+                 store) -> list[tuple[str, tf.keras.Model]]:
+  """The (label, Keras encoder) pairs a run evaluates after the rounds of `state` (None: at
+  initialization, the random-init baseline): the process's own where it has them
+  (`process.encoders(state, store)`: one per heterogeneous architecture), else the global model's."""
+  own = getattr(process, "encoders", None)
+  if own is not None:
+    return own(state, store)
+  return [("global", keras_encoder(model, model.initial_weights if state is None
+                                   else state.weights))]
+
+
+def _evaluate(encoders, evaluate) -> tuple[float, dict[str, float]]:
+  """(the mean of `evaluate(encoder)` over `encoders`, each label's value)."""
+  values = {label: float(evaluate(encoder)) for label, encoder in encoders}
+  return float(np.mean(list(values.values()))), values
+
+
 def _setup(config, train: data_lib.ImageSet, clients_rows):
   """(Keras builder, FunctionalModel, TFF process, round -> (that round's client ids, their inputs))
   of a run; initialization and client sampling from `config.seed`."""
@@ -183,11 +201,13 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
             f"round {r}: loss became {metrics['loss']}; {methods.get(config.method).hint(config)}")
       released = {"loss": np.float32(metrics["loss"])}
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
-        released["linear_probe_accuracy"] = np.float32(evaluation.linear_probe(
-            keras_encoder(model, state.weights), train, test, probe))
+        released["linear_probe_accuracy"] = np.float32(_evaluate(
+            run_encoders(process, model, state, store),
+            lambda e: evaluation.linear_probe(e, train, test, probe))[0])
       if config.knn_every and (r + 1) % config.knn_every == 0 and r + 1 < config.rounds:
-        released["knn_accuracy"] = np.float32(evaluation.knn_monitor(
-            keras_encoder(model, state.weights), train, test, knn))
+        released["knn_accuracy"] = np.float32(_evaluate(
+            run_encoders(process, model, state, store),
+            lambda e: evaluation.knn_monitor(e, train, test, knn))[0])
       round_seconds = time.perf_counter() - round_start
       asyncio.run(csv_release.release(released, key=r))
       asyncio.run(tb_release.release(released, key=r))
@@ -208,23 +228,28 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       bar.set_postfix(loss=f"{metrics['loss']:.2f}")
   finally:
     bar.close()
-  encoder = keras_encoder(model, state.weights)
+  # One encoder (the global model's), or one per heterogeneous architecture: their mean, and each.
+  encoders = run_encoders(process, model, state, store)
+  initial = run_encoders(process, model, None, store) if random_init_baseline else []
   results = {
       "method": config.method,
       "dataset": config.dataset,
       "rounds": config.rounds,
       "final_loss": _read_last_loss(os.path.join(output_dir, "metrics.csv")),
       "linear_probe_label_fraction": config.eval_label_fraction,
-      "linear_probe_accuracy_pretrained": evaluation.linear_probe(encoder, train, test, probe),
   }
-  if random_init_baseline:
-    results["linear_probe_accuracy_random_init"] = evaluation.linear_probe(
-        keras_encoder(model, model.initial_weights), train, test, probe)
+  evaluations = [("linear_probe", lambda e: evaluation.linear_probe(e, train, test, probe))]
   if config.knn_every:
-    results["knn_accuracy_pretrained"] = evaluation.knn_monitor(encoder, train, test, knn)
-    if random_init_baseline:
-      results["knn_accuracy_random_init"] = evaluation.knn_monitor(
-          keras_encoder(model, model.initial_weights), train, test, knn)
+    evaluations.append(("knn", lambda e: evaluation.knn_monitor(e, train, test, knn)))
+  for name, evaluate in evaluations:
+    for which, chosen in (("pretrained", encoders), ("random_init", initial)):
+      if not chosen:
+        continue
+      mean, each = _evaluate(chosen, evaluate)
+      results[f"{name}_accuracy_{which}"] = mean
+      if len(chosen) > 1:
+        results[f"{name}_accuracy_{which}_each"] = each
+  encoder = encoders[0][1]
   results["seconds"] = round(time.perf_counter() - start, 1)
   return results, encoder
 
@@ -234,6 +259,9 @@ def load_encoder(config, image_shape, manager) -> tf.keras.Model:
   tf.keras.utils.set_random_seed(config.seed)
   model = FunctionalModel(ssl_model_builder(config, image_shape))
   process = build_process(config, model, image_shape)
+  if getattr(process, "encoders", None) is not None:
+    raise ValueError(f"a {config.method} run has one encoder per architecture, in its clients' "
+                     f"states; its results.json holds each one's accuracy")
   loaded, _ = asyncio.run(manager.load_latest(process.initialize().to_program_state()))
   if loaded is None:
     raise ValueError("the run has no checkpoint yet; run bin/train first")

@@ -7,6 +7,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from tff_ssl.models.convnets import CONVNETS, build_convnet
 from tff_ssl.models.heads import build_mlp_head
 from tff_ssl.models.layers import WSConv2D, group_norm, num_groups
 from tff_ssl.models.resnet import RESNETS, build_resnet
@@ -14,10 +15,11 @@ from tff_ssl.models.vit import VITS, build_vit
 
 # name -> builder(input_shape, *, width, small_input, stem_stride, depth, patch_size, name) -> Keras
 # encoder producing [B, D] features (ResNets: `depth` and `patch_size` must be 0; ViTs: `stem_stride`
-# must be 1).
+# must be 1; the plain convnets (FedFoA's heterogeneous clients): neither).
 ENCODERS: dict[str, Callable[..., tf.keras.Model]] = {
     **{name: functools.partial(build_resnet, name) for name in RESNETS},
     **{name: functools.partial(build_vit, name) for name in VITS},
+    **{name: functools.partial(build_convnet, name) for name in CONVNETS},
 }
 
 
