@@ -310,18 +310,26 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
   if kind == "supervised":
     return _run_supervised(config, train, test, output_dir, results_path)
   pretrain_run = runner.run_federated if kind == "federated" else _run_centralized
-  results, encoder = pretrain_run(config, train, test, output_dir, progress=progress,
-                                  random_init_baseline=random_init_baseline)
+  results, encoders = pretrain_run(config, train, test, output_dir, progress=progress,
+                                   random_init_baseline=random_init_baseline)
   if evaluate is not None:
     start = time.perf_counter()
-    results["evaluations"] = evaluate(encoder, train, test)
+    # One encoder, or one per heterogeneous architecture: their mean, and each one's.
+    each = {label: evaluate(encoder, train, test) for label, encoder in encoders}
+    if len(each) == 1:
+      results["evaluations"] = next(iter(each.values()))
+    else:
+      results["evaluations"] = {k: float(np.mean([e[k] for e in each.values()]))
+                                for k in next(iter(each.values()))}
+      results["evaluations_each"] = each
     results["evaluation_seconds"] = round(time.perf_counter() - start, 1)
   rundir.write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   return results
 
 
 def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, progress: bool,
-                     random_init_baseline: bool) -> tuple[dict[str, Any], tf.keras.Model]:
+                     random_init_baseline: bool
+                     ) -> tuple[dict[str, Any], list[tuple[str, tf.keras.Model]]]:
   if config.batch_size > len(train):
     raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
                      f"{config.dataset}")
@@ -365,7 +373,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
   }
   if random_acc is not None:
     results["linear_probe_accuracy_random_init"] = random_acc
-  return results, model.encoder
+  return results, [("centralized", model.encoder)]
 
 
 def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,

@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_ssl import models
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import common, fedavg, fedfoa, grouping, ssl_model
 from tff_ssl.federated.functional import FunctionalModel
@@ -296,13 +297,14 @@ class HeterogeneousProcess:
 
 def models_of(config, image_shape) -> list[FunctionalModel]:
   """One SSL model per architecture of `config.architectures`, each initialized from (seed, its
-  position)."""
+  position); `stem_stride` applies to the ResNets."""
   out = []
   for a, encoder in enumerate(config.architectures):
     tf.keras.utils.set_random_seed(int(np.random.default_rng([config.seed, INIT_KEY, a])
                                        .integers(2**31)))
+    stride = config.stem_stride if encoder in models.RESNETS else 1
     out.append(FunctionalModel(ssl_model.ssl_model_builder(
-        dataclasses.replace(config, encoder=encoder), image_shape)))
+        dataclasses.replace(config, encoder=encoder, stem_stride=stride), image_shape)))
   return out
 
 

@@ -147,8 +147,9 @@ def trajectory(config, train: data_lib.ImageSet, rounds: int
 
 def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, output_dir: str, *,
                   progress: bool, random_init_baseline: bool = True
-                  ) -> tuple[dict[str, Any], tf.keras.Model]:
-  """Runs (or resumes) federated pretraining per `config`; returns the results and the encoder."""
+                  ) -> tuple[dict[str, Any], list[tuple[str, tf.keras.Model]]]:
+  """Runs (or resumes) federated pretraining per `config`; returns the results and the (label,
+  encoder) pairs it evaluated (`run_encoders`)."""
   need = min_samples_per_client(config)
   if config.partition != "dirichlet_split" and config.samples_per_client < need:
     raise ValueError(f"{config.method} with --ssl={config.ssl} needs >= {need} samples per client "
@@ -249,9 +250,9 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       results[f"{name}_accuracy_{which}"] = mean
       if len(chosen) > 1:
         results[f"{name}_accuracy_{which}_each"] = each
-  encoder = encoders[0][1]
+
   results["seconds"] = round(time.perf_counter() - start, 1)
-  return results, encoder
+  return results, encoders
 
 
 def load_encoder(config, image_shape, manager) -> tf.keras.Model:

@@ -7,6 +7,8 @@ Depths:
   resnet14: He et al.'s CIFAR family (6n + 2 layers, n = 2): three stages of two basic blocks, 16/32/64
             filters. The DCCO paper names the depth only; this is the standard 14-layer ResNet.
   resnet18: four stages of two basic blocks, 64/128/256/512 filters.
+  resnet34: four stages of 3/4/6/3 basic blocks, 64/128/256/512 filters (FedFoA's heterogeneous
+            clients).
   resnet50: four stages of 3/4/6/3 bottleneck blocks, 64/128/256/512 filters (x4 expansion).
 Widths are multiplied by `width`. With `small_input=True` (28-32 px images) the stem is one 3x3 stride-1
 convolution and no max-pool; otherwise the ImageNet stem (7x7 stride 2 + 3x3 max-pool).
@@ -33,6 +35,7 @@ class ResNetSpec:
 RESNETS = {
     "resnet14": ResNetSpec("basic", (2, 2, 2), (16, 32, 64), 16),
     "resnet18": ResNetSpec("basic", (2, 2, 2, 2), (64, 128, 256, 512), 64),
+    "resnet34": ResNetSpec("basic", (3, 4, 6, 3), (64, 128, 256, 512), 64),
     "resnet50": ResNetSpec("bottleneck", (3, 4, 6, 3), (64, 128, 256, 512), 64),
 }
 
