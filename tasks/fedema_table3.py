@@ -27,19 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from tff_ssl import evaluation, table_report
+from tff_ssl import table_report
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.tables import Column, Evaluation, Row, Table
+from tff_ssl.tables import LINEAR_AND_KNN_100, Column, Row, Table
 
 NAME = "fedema_table3"
 TITLE = "FedEMA Table 3: non-IID FedSSL (5 clients of a few classes each), linear probe and kNN"
 
-EVALUATIONS = (
-    Evaluation("linear_100", "Linear probe, 100% labels", evaluation.LinearProbeConfig(
-        label_fraction=1.0, steps=1000, batch_size=512, optimizer="lars", learning_rate=2.0)),
-    Evaluation("knn_100", "kNN monitor (k = 200, t = 0.1), 100% labels", evaluation.KNNConfig(
-        label_fraction=1.0, k=200, temperature=0.1)),
-)
+EVALUATIONS = LINEAR_AND_KNN_100
 
 # (key, name, the fields that make the row).
 ROWS = (

@@ -37,18 +37,13 @@ import os
 from tff_ssl import evaluation, experiment, rundir, table_report
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import heterogeneous, runner
-from tff_ssl.tables import Column, Evaluation, Row, Table
+from tff_ssl.tables import LINEAR_AND_KNN_100, Column, Row, Table
 
 NAME = "fedfoa"
 TITLE = ("FedFoA Tables 1-3: feature-correlation alignment on FedBYOL / FedU / FedEMA, and across "
          "heterogeneous architectures")
 
-EVALUATIONS = (
-    Evaluation("linear_100", "Linear probe, 100% labels", evaluation.LinearProbeConfig(
-        label_fraction=1.0, steps=1000, batch_size=512, optimizer="lars", learning_rate=2.0)),
-    Evaluation("knn_100", "kNN monitor (k = 200, t = 0.1), 100% labels", evaluation.KNNConfig(
-        label_fraction=1.0, k=200, temperature=0.1)),
-)
+EVALUATIONS = LINEAR_AND_KNN_100
 
 HOMOGENEOUS = (
     ("fedbyol", "FedBYOL", {"method": "fedbyol"}),

@@ -36,20 +36,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from tff_ssl import benchmark, evaluation, table_report
+from tff_ssl import benchmark, table_report
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.tables import Column, Evaluation, Row, Table
+from tff_ssl.tables import LINEAR_AND_KNN_100, Column, Row, Table
 
 NAME = "lwfedssl"
 TITLE = ("LW-FedSSL Table 3: end-to-end, layer-wise and progressive FedSSL of a ViT, accuracy and "
          "what a client pays")
 
-EVALUATIONS = (
-    Evaluation("linear_100", "Linear probe, 100% labels", evaluation.LinearProbeConfig(
-        label_fraction=1.0, steps=1000, batch_size=512, optimizer="lars", learning_rate=2.0)),
-    Evaluation("knn_100", "kNN monitor (k = 200, t = 0.1), 100% labels", evaluation.KNNConfig(
-        label_fraction=1.0, k=200, temperature=0.1)),
-)
+EVALUATIONS = LINEAR_AND_KNN_100
 
 BASE_LR = 1.5e-4  # AdamW, scaled by batch / 256 (the paper, after MoCo v3).
 

@@ -114,6 +114,16 @@ class Evaluation:
     return self.protocol.label_fraction
 
 
+# The frozen-feature evaluations of the FedSSL tables (FedEMA, LW-FedSSL, FedFoA) on every training
+# label: this project's linear probe (features standardized, LARS) and the FedEMA authors' kNN monitor.
+LINEAR_AND_KNN_100 = (
+    Evaluation("linear_100", "Linear probe, 100% labels", evaluation.LinearProbeConfig(
+        label_fraction=1.0, steps=1000, batch_size=512, optimizer="lars", learning_rate=2.0)),
+    Evaluation("knn_100", "kNN monitor (k = 200, t = 0.1), 100% labels", evaluation.KNNConfig(
+        label_fraction=1.0, k=200, temperature=0.1)),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class Table:
   """One paper table at one scale. `paper[(evaluation, row, column)]`: the published number (percent)
