@@ -92,7 +92,7 @@ def checks(table: Table, records) -> list[str]:
       if not isinstance(a, float) or not isinstance(b, float):
         continue
       verdict = "is above" if a > b else "**is not above**"
-      lines.append(f"{c.label}: {table.row(better).name} {table_report.fmt(a)} {verdict} "
+      lines.append(f"{c.group}: {table.row(better).name} {table_report.fmt(a)} {verdict} "
                    f"{table.row(base).name} {table_report.fmt(b)} ({100 * (a - b):+.1f} points)")
   return lines
 
@@ -133,7 +133,7 @@ def heterogeneous_appendix(table: Table, output_dir: str) -> str:
     if not done:
       continue
     initial = random_init_each(table, column, output_dir)
-    lines += [f"**{column.label}**", "",
+    lines += [f"**{column.group}**", "",
               "| row | " + " | ".join(archs) + " | mean |", "|---" * (len(archs) + 2) + "|",
               "| random init | " + " | ".join(table_report.fmt(initial[a]) for a in archs) +
               f" | {table_report.fmt(sum(initial.values()) / len(initial))} |"]
@@ -199,9 +199,9 @@ def paper() -> Table:
                {"num_clients": 4, "clients_per_round": 4, "samples_per_client": 12500,
                 "architectures": ("resnet18", "vgg9", "alexnet", "resnet34"),
                 "projector": (256,)})
-  columns = (Column("cifar10", "CIFAR-10", overrides=(("dataset", "cifar10"),), title="CIFAR-10"),
+  columns = (Column("cifar10", "CIFAR-10", overrides=(("dataset", "cifar10"),), title="IID"),
              Column("cifar100", "CIFAR-100", overrides=(("dataset", "cifar100"),),
-                    title="CIFAR-100"))
+                    title="IID"))
   return _table("paper", rows, columns, curve_every=25, paper_columns=(0, 1), notes=(
       "Paper scale: built for a GPU (ResNet-18, 100 rounds of 5 clients x 5 epochs of 10,000 "
       "images; heterogeneous: 4 clients x 12,500 images).",))
@@ -222,7 +222,7 @@ def mini() -> Table:
   rows = _rows(base, {"num_clients": 5, "clients_per_round": 5},
                {"num_clients": 4, "clients_per_round": 4,
                 "architectures": ("resnet14", "resnet18", "vgg9", "alexnet"), "projector": (64,)})
-  columns = (Column("fashion_mnist", "Fashion-MNIST", title="Fashion-MNIST"),)
+  columns = (Column("fashion_mnist", "Fashion-MNIST", title="IID"),)
   return _table("mini", rows, columns, curve_every=MINI_ROUNDS // 4, paper_columns=(0,), notes=(
       f"Mini scale: Fashion-MNIST, IID, {MINI_SAMPLES_PER_CLIENT} images a client, {MINI_ROUNDS} "
       f"rounds of {MINI_EPOCHS} local epochs of batch {MINI_BATCH}; homogeneous: 5 clients, "

@@ -86,7 +86,11 @@ def main(out: str) -> None:
         "largest share | loss, first round | loss, last round | client states (last) |")
   print("|---|---|---|---|---|---|---|---|")
   for i, run in enumerate(runs):
-    config, encoder = experiment.load_encoder(run)
+    try:
+      config, encoder = experiment.load_encoder(run)
+    except ValueError as e:  # A heterogeneous run: one encoder per architecture, none global.
+      print(f"| {os.path.relpath(run, os.path.join(out, 'cells'))} | not measured: {e} |||||||")
+      continue
     test = data_lib.load(config.dataset, "test", data_dir=config.data_dir)
     x = to_float(test.images[:NUM_IMAGES])
     if i == 0:
