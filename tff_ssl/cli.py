@@ -1,10 +1,19 @@
-"""Command-line plumbing shared by the binaries in bin/ (the library itself never reads flags)."""
+"""Command-line plumbing shared by the binaries in bin/ (the library itself never reads flags).
+
+Exit statuses of every binary: 0 done; 2 an error, one line on stderr (bad input, a diverged run,
+a run folder that cannot be written or is in use, unreadable data); 130 interrupted (Ctrl-C), one
+line on stderr. Federated runs resume from their last checkpoint when the same command is rerun.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from absl import flags
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
 
 
 def parse_flags(argv):
@@ -13,4 +22,36 @@ def parse_flags(argv):
     return flags.FLAGS(argv)
   except flags.Error as e:
     print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(EXIT_ERROR)
+
+
+def _first_line(text: str) -> str:
+  return next((line for line in str(text).splitlines() if line.strip()), "")
+
+
+@contextlib.contextmanager
+def one_line_errors(rerun: str = "rerun the same command to resume from the last checkpoint"):
+  """Ends the binary with one line on stderr and its exit status (module docstring) for the errors a
+  user can cause or meet; anything else (a bug) keeps its traceback. `rerun`: what to do after an
+  interruption or a failed write."""
+  try:
+    yield
+  except (ValueError, FloatingPointError) as e:  # Bad input; a diverged run (its message says why).
+    print(f"error: {_first_line(e)}", file=sys.stderr)
+    sys.exit(EXIT_ERROR)
+  except KeyboardInterrupt:
+    print(f"interrupted; {rerun}", file=sys.stderr)
+    sys.exit(EXIT_INTERRUPTED)
+  except OSError as e:  # A full disk, a folder removed or made read-only under the run, ...
+    where = f" {e.filename}" if e.filename else ""
+    print(f"error:{where} {e.strerror or _first_line(e)}; fix that (free disk space, ...) and "
+          f"{rerun}", file=sys.stderr)
+    sys.exit(EXIT_ERROR)
+  except Exception as e:  # pylint: disable=broad-except
+    tf = sys.modules.get("tensorflow")
+    if tf is None or not isinstance(e, tf.errors.OpError):
+      raise
+    # tf.io.gfile (TFF's release and program-state managers write through it) raises these.
+    print(f"error: {type(e).__name__}: {_first_line(e.message)}; fix that (free disk space, ...) "
+          f"and {rerun}", file=sys.stderr)
+    sys.exit(EXIT_ERROR)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 import os
+import shutil
 import time
 from typing import Any, Callable
 
@@ -155,6 +157,11 @@ class ExperimentConfig:
   seed: int = 0
 
   def __post_init__(self):
+    for f in dataclasses.fields(self):  # inf/nan pass every "> 0" check below.
+      value = getattr(self, f.name)
+      if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"--{f.name}={value} is not a finite number; give a finite value (its "
+                         f"default: {f.default})")
     object.__setattr__(self, "projector", tuple(int(s) for s in self.projector))
     object.__setattr__(self, "architectures", tuple(str(a) for a in self.architectures))
     if not self.architectures:
@@ -305,6 +312,14 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
   if os.path.exists(results_path):
     raise RunExistsError(f"{output_dir} already holds a finished run (results.json); choose another "
                          f"--output_dir or delete it")
+  rundir.check_creatable(output_dir)
+  with rundir.session():  # The folder's lock (taken when it is created) is released on return.
+    return _run(config, output_dir, results_path, progress=progress,
+                random_init_baseline=random_init_baseline, evaluate=evaluate)
+
+
+def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progress: bool,
+         random_init_baseline: bool, evaluate: Evaluate | None) -> dict[str, Any]:
   train, test = load_splits(config)
   kind = methods.get(config.method).kind
   if kind == "supervised":
@@ -334,6 +349,8 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
     raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
                      f"{config.dataset}")
   rundir.write_hparams(config, output_dir)
+  # A centralized run starts over when rerun: drop what an interrupted one saved.
+  shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
 
   tf.keras.utils.set_random_seed(config.seed)
   encoder = config.build_encoder(train.image_shape)

@@ -92,7 +92,8 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
   except FloatingPointError as e:  # A diverged run is a result (the paper's FAILED), not a crash.
     result = {"failed": str(e)}
     if not os.path.exists(os.path.join(run_dir, "hparams.json")):
-      rundir.write_hparams(config, run_dir)
+      with rundir.session():
+        rundir.write_hparams(config, run_dir)
     _write_json(failed, result)
     return result
 

@@ -1,11 +1,27 @@
-"""A run folder's small files: hparams.json (the config, written first) and atomic writes."""
+"""A run folder: creating it (with a clear error where it cannot be), its lock, hparams.json and
+atomic writes.
+
+A run folder is used by one process at a time: `create` takes an advisory lock (`flock` on
+`<folder>/.lock`, released by the kernel when the process ends however it ends, so a crash leaves
+no stale lock), and a second run on the same folder is refused with `RunLockedError`.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
+import fcntl
 import json
 import os
 import tempfile
+
+LOCK_FILE = ".lock"
+_LOCKS: dict[str, int] = {}  # realpath of a run folder -> the open, locked .lock file.
+
+
+class RunLockedError(ValueError):
+  """Another process is running in the run folder."""
 
 
 def hparams_json(config) -> str:
@@ -13,9 +29,76 @@ def hparams_json(config) -> str:
   return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
 
 
+def check_creatable(output_dir: str) -> None:
+  """Raises ValueError (one line, naming the path and the fix) if `output_dir` is not a folder this
+  process could create or write in. Creates nothing: called before the run's other checks."""
+  path = os.path.abspath(output_dir)
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"--output_dir {output_dir} is an existing file, not a folder; choose a folder "
+                     f"path")
+  parent = path
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    raise ValueError(f"--output_dir {output_dir}: {parent} is a file, not a folder; choose a folder "
+                     f"path")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise ValueError(f"--output_dir {output_dir}: {parent} is not writable; choose a folder you can "
+                     f"write to")
+
+
+def create(output_dir: str) -> None:
+  """Creates the run folder `output_dir` (if needed) and locks it for this process (`lock`)."""
+  check_creatable(output_dir)
+  try:
+    os.makedirs(output_dir, exist_ok=True)
+  except OSError as e:
+    raise ValueError(f"cannot create --output_dir {output_dir}: {e.strerror}; choose a folder you "
+                     f"can write to") from None
+  lock(output_dir)
+
+
+def lock(output_dir: str) -> None:
+  """Locks the existing run folder `output_dir` for this process (idempotent within the process);
+  raises RunLockedError if another process holds it. Released by `session` or at process exit."""
+  key = os.path.realpath(output_dir)
+  if key in _LOCKS:
+    return
+  path = os.path.join(output_dir, LOCK_FILE)
+  try:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+  except OSError as e:
+    raise ValueError(f"cannot write in --output_dir {output_dir}: {e.strerror}; choose a folder "
+                     f"you can write to") from None
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError as e:
+    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+    os.close(fd)
+    if e.errno not in (errno.EAGAIN, errno.EACCES):
+      raise
+    raise RunLockedError(f"--output_dir {output_dir} is in use by another run (process {holder}); "
+                         f"wait for it to end, or choose another --output_dir") from None
+  os.ftruncate(fd, 0)
+  os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+  _LOCKS[key] = fd
+
+
+@contextlib.contextmanager
+def session():
+  """Releases, on leaving, the run-folder locks taken inside (a run's folder is free again when
+  `experiment.run` returns or raises, also within one Python process)."""
+  before = set(_LOCKS)
+  try:
+    yield
+  finally:
+    for key in set(_LOCKS) - before:
+      os.close(_LOCKS.pop(key))
+
+
 def write_hparams(config, output_dir: str) -> None:
-  """Creates the run folder `output_dir` with its hparams.json."""
-  os.makedirs(output_dir, exist_ok=True)
+  """Creates (and locks) the run folder `output_dir` with its hparams.json."""
+  create(output_dir)
   write_atomic(os.path.join(output_dir, "hparams.json"), hparams_json(config))
 
 

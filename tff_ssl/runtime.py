@@ -5,7 +5,8 @@ and relies on `ServiceManager.__del__` to stop it, which fails at interpreter sh
 the parent's stdout open, so `program | tail` or a CI log reader waits forever. `install()` closes every
 exit path:
 
-  * normal exit, exceptions, SystemExit, KeyboardInterrupt: an `atexit` hook stops the workers;
+  * normal exit, exceptions, SystemExit, KeyboardInterrupt: an `atexit` hook stops the workers
+    (a worker runs in its own process group, so Ctrl-C interrupts the program, not the worker);
   * SIGTERM / SIGHUP: turned into SystemExit, so the `atexit` hook runs;
   * SIGKILL (nothing in-process runs): each worker is started with the Linux parent-death signal set,
     so the kernel stops it when its parent dies.
@@ -32,6 +33,10 @@ _lock = threading.Lock()
 
 
 def _set_parent_death_signal() -> None:  # Runs in the child between fork and exec.
+  # Its own process group: Ctrl-C in a terminal (SIGINT to the foreground group) reaches only the
+  # Python program, which stops cleanly and then stops the worker, instead of the worker dying
+  # mid-call under it.
+  os.setpgrp()
   try:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)

@@ -18,15 +18,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TRAIN = os.path.join(ROOT, "bin", "train")
 
 
-def _load_binary():
+def load_binary():
+  """bin/train as a module, loaded once per process (its absl flags can be defined only once)."""
+  if "bin_train" in sys.modules:
+    return sys.modules["bin_train"]
   loader = importlib.machinery.SourceFileLoader("bin_train", TRAIN)
   spec = importlib.util.spec_from_loader("bin_train", loader)
   module = importlib.util.module_from_spec(spec)
   loader.exec_module(module)
+  sys.modules["bin_train"] = module
   return module
 
 
-train = _load_binary()
+train = load_binary()
 
 
 def test_every_config_field_is_a_flag():

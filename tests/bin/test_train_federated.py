@@ -142,6 +142,8 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
 
 @pytest.mark.parametrize("args,message", [
     (["--alpha=-1"], "alpha must be >= 0"),
+    (["--server_learning_rate=inf"], "--server_learning_rate=inf is not a finite number"),
+    (["--alpha=nan"], "--alpha=nan is not a finite number"),
     (["--samples_per_client=20", "--num_clients=200"],
      "200 clients x 20 samples = 4000 samples, but the dataset has only 2000"),
     (["--steps=5"], "--steps is not used by method 'dcco'"),

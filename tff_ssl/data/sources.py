@@ -68,15 +68,21 @@ class ImageSet:
 
 def read_idx(path: str) -> np.ndarray:
   """Reads an IDX file (optionally gzipped) of unsigned bytes into an array."""
+  fix = ("reinstall it (apt-get install --reinstall dataset-fashion-mnist) or point "
+         "TFF_SSL_FASHION_MNIST_DIR at intact files")
   opener = gzip.open if path.endswith(".gz") else open
-  with opener(path, "rb") as f:
-    zero, dtype_code, ndim = struct.unpack(">HBB", f.read(4))
-    if zero != 0 or dtype_code != 0x08:
-      raise ValueError(f"{path} is not an IDX file of unsigned bytes (header {zero}, {dtype_code})")
-    shape = struct.unpack(">" + "I" * ndim, f.read(4 * ndim))
-    data = np.frombuffer(f.read(), dtype=np.uint8)
+  try:
+    with opener(path, "rb") as f:
+      zero, dtype_code, ndim = struct.unpack(">HBB", f.read(4))
+      if zero != 0 or dtype_code != 0x08:
+        raise ValueError(f"{path} is not an IDX file of unsigned bytes (header {zero}, "
+                         f"{dtype_code}); {fix}")
+      shape = struct.unpack(">" + "I" * ndim, f.read(4 * ndim))
+      data = np.frombuffer(f.read(), dtype=np.uint8)
+  except (EOFError, OSError, struct.error) as e:  # A truncated or corrupt (gzip) file.
+    raise ValueError(f"{path} cannot be read ({type(e).__name__}: {e}); {fix}") from None
   if data.size != int(np.prod(shape)):
-    raise ValueError(f"{path} is truncated: {data.size} bytes for shape {shape}")
+    raise ValueError(f"{path} is truncated: {data.size} bytes for shape {shape}; {fix}")
   return data.reshape(shape)
 
 

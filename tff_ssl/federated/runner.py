@@ -11,7 +11,9 @@ resumes after the latest checkpoint; since client sampling and augmentations are
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import sys
 import time
 from typing import Any, Iterator
 
@@ -158,14 +160,14 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   clients_rows = partition(config, train)  # Raises ValueError before anything is written.
   hparams = rundir.hparams_json(config)
   hparams_path = os.path.join(output_dir, "hparams.json")
-  if os.path.exists(hparams_path) and open(hparams_path).read() != hparams:
-    raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
-                     f"flags or choose another --output_dir")
+  rundir.check_creatable(output_dir)
+  if os.path.exists(hparams_path):
+    rundir.lock(output_dir)  # Before the checks below: another run may be writing it.
+    _check_resumable(hparams_path, hparams, output_dir)
   builder, model, process, round_clients = _setup(config, train, clients_rows)
 
-  os.makedirs(output_dir, exist_ok=True)
-  with open(hparams_path, "w") as f:
-    f.write(hparams)
+  rundir.create(output_dir)
+  rundir.write_atomic(hparams_path, hparams)
   state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
                                                       keep_total=2)
   csv_release = tff.program.CSVFileReleaseManager(os.path.join(output_dir, "metrics.csv"),
@@ -179,7 +181,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       os.path.join(output_dir, "aggregation.csv"), key_fieldname="round")
 
   state = process.initialize()
-  loaded, _ = asyncio.run(state_manager.load_latest(state.to_program_state()))
+  loaded = load_newest_readable(state_manager, state.to_program_state())
   if loaded is not None:
     state = ServerState.from_program_state(loaded)
   # Client states live on disk; a resumed run forgets what rounds after its checkpoint wrote.
@@ -198,8 +200,11 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       ids, clients = round_clients(r)
       state, metrics = process.next(state, clients, client_ids=ids, store=store)
       if not np.isfinite(metrics["loss"]):
+        kept = asyncio.run(state_manager.get_versions())
+        kept = f"its checkpoint of round {max(kept)} is kept" if kept else "it has no checkpoint"
         raise FloatingPointError(
-            f"round {r}: loss became {metrics['loss']}; {methods.get(config.method).hint(config)}")
+            f"round {r}: loss became {metrics['loss']}; {methods.get(config.method).hint(config)} "
+            f"in a new --output_dir ({output_dir}: {kept})")
       released = {"loss": np.float32(metrics["loss"])}
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
         released["linear_probe_accuracy"] = np.float32(_evaluate(
@@ -255,6 +260,55 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   return results, encoders
 
 
+def load_newest_readable(manager: tff.program.FileProgramStateManager, structure):
+  """The newest checkpoint of `manager` that reads back, or None if there is none.
+
+  A checkpoint cut short (a crash or a full disk while it was written) does not read back; it is
+  renamed `unreadable_program_state_<round>` (so the rerun can save that round again), one line on
+  stderr says so, and the one before it is loaded. If no checkpoint reads back, which is what a run
+  folder of another version of the code gives, this raises ValueError rather than start over.
+  """
+  versions = sorted(asyncio.run(manager.get_versions()) or [], reverse=True)
+  failures = []
+  for version in versions:
+    try:
+      loaded = asyncio.run(manager.load(version, structure))
+    except Exception as e:  # pylint: disable=broad-except  # Any reader error: try an older one.
+      failures.append((version, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+      continue
+    root = manager._root_dir  # pylint: disable=protected-access
+    for bad, reason in failures:
+      path = manager._get_path_for_version(bad)  # pylint: disable=protected-access
+      os.rename(path, os.path.join(root, f"unreadable_program_state_{bad}"))
+      print(f"warning: checkpoint of round {bad} does not read back ({reason}); moved aside, "
+            f"resuming from the checkpoint of round {version}", file=sys.stderr)
+    return loaded
+  if failures:
+    version, reason = failures[0]
+    raise ValueError(f"no checkpoint in {manager._root_dir} reads back (round {version}: {reason}); "  # pylint: disable=protected-access
+                     f"a run folder of another version of tff-ssl cannot be resumed: choose another "
+                     f"--output_dir")
+  return None
+
+
+def _check_resumable(hparams_path: str, hparams: str, output_dir: str) -> None:
+  """Raises ValueError unless the run folder's hparams.json is `hparams` (the same run)."""
+  text = open(hparams_path).read()
+  if text == hparams:
+    return
+  try:
+    theirs, ours = set(json.loads(text)), set(json.loads(hparams))
+  except ValueError:
+    theirs = ours = set()
+  if theirs != ours:
+    missing, extra = sorted(ours - theirs), sorted(theirs - ours)
+    raise ValueError(f"{output_dir} holds a run written by another version of tff-ssl (its "
+                     f"hparams.json lacks {missing or 'nothing'} and has {extra or 'nothing'} more); "
+                     f"it cannot be resumed: choose another --output_dir")
+  raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
+                   f"flags or choose another --output_dir")
+
+
 def load_encoder(config, image_shape, manager) -> tf.keras.Model:
   """The Keras encoder held by the latest checkpoint of a federated run."""
   tf.keras.utils.set_random_seed(config.seed)
@@ -263,7 +317,7 @@ def load_encoder(config, image_shape, manager) -> tf.keras.Model:
   if getattr(process, "encoders", None) is not None:
     raise ValueError(f"a {config.method} run has one encoder per architecture, in its clients' "
                      f"states; its results.json holds each one's accuracy")
-  loaded, _ = asyncio.run(manager.load_latest(process.initialize().to_program_state()))
+  loaded = load_newest_readable(manager, process.initialize().to_program_state())
   if loaded is None:
     raise ValueError("the run has no checkpoint yet; run bin/train first")
   return keras_encoder(model, ServerState.from_program_state(loaded).weights)
