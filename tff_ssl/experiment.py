@@ -314,6 +314,8 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
                          f"--output_dir or delete it")
   rundir.check_creatable(output_dir)
   with rundir.session():  # The folder's lock (taken when it is created) is released on return.
+    if os.path.isdir(output_dir):
+      rundir.lock(output_dir)  # Refuse at once if another run is writing it.
     return _run(config, output_dir, results_path, progress=progress,
                 random_init_baseline=random_init_baseline, evaluate=evaluate)
 

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+from typing import Sequence
 
 import psutil
 
@@ -158,9 +159,141 @@ _context_options = {"max_concurrent_slots": 0,
                                                                 "1") != "0"}
 
 
+def worker_binary_path() -> str:
+  """TFF's executor service (`worker_binary`, shipped in the TFF wheel)."""
+  import tensorflow_federated  # pylint: disable=g-import-not-at-top
+  return os.path.join(os.path.dirname(tensorflow_federated.__file__), "data", _WORKER_NAME)
+
+
+def parse_workers(text: str | Sequence[str]) -> list[str]:
+  """`host:port` targets from "host1:port,host2:port" (or a list); ValueError names a bad one."""
+  items = [t.strip() for t in (text.split(",") if isinstance(text, str) else text) if t.strip()]
+  for target in items:
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+      raise ValueError(f"--workers: {target!r} is not host:port (e.g. localhost:8000); start a "
+                       f"worker with bin/worker --port=8000")
+  if len(set(items)) != len(items):
+    raise ValueError(f"--workers names a worker twice: {','.join(items)}")
+  return items
+
+
+def check_port_free(port: int) -> None:
+  """Raises ValueError if TCP `port` is taken on this machine (a worker already serves there?)."""
+  import socket  # pylint: disable=g-import-not-at-top
+  with socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # As gRPC: TIME_WAIT is no conflict.
+    try:
+      s.bind(("", port))
+    except OSError as e:
+      raise ValueError(f"--port={port} is in use ({e.strerror}); stop what serves there or choose "
+                       f"another port") from None
+
+
+class WorkerUnavailableError(ValueError):
+  """A remote TFF worker cannot be reached (it is not started, or it died)."""
+
+
+_WORKER_CONNECT_SECONDS = 10.0
+
+
+def _remote_factory(target: str):
+  """A TFF executor factory on the executor service at `target` (host:port)."""
+  # pylint: disable=g-import-not-at-top
+  import grpc
+  from tensorflow_federated.python.core.impl.executor_stacks import python_executor_stacks
+  from tensorflow_federated.python.core.impl.executors import remote_executor
+  from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
+  from tensorflow_federated.python.core.impl.types import placements
+  # pylint: enable=g-import-not-at-top
+  channel = grpc.insecure_channel(target, [("grpc.max_send_message_length", 2_000_000_000),
+                                           ("grpc.max_receive_message_length", 2_000_000_000)])
+  try:
+    grpc.channel_ready_future(channel).result(timeout=_WORKER_CONNECT_SECONDS)
+  except grpc.FutureTimeoutError:
+    channel.close()
+    raise WorkerUnavailableError(
+        f"worker {target} does not answer (waited {_WORKER_CONNECT_SECONDS:.0f} s); start it "
+        f"there with bin/worker --port={target.rpartition(':')[2]}") from None
+  stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
+
+  def stack_fn(cardinalities):
+    if cardinalities.get(placements.CLIENTS) is None:
+      cardinalities[placements.CLIENTS] = 0  # As TFF's local factory: no CLIENTS value, no clients.
+    executor = remote_executor.RemoteExecutor(stub)
+    executor.set_cardinalities(cardinalities)
+    return executor
+
+  return python_executor_stacks.ResourceManagingExecutorFactory(executor_stack_fn=stack_fn)
+
+
+# How long a remote worker may fail to answer before the run stops (TFF's own context retries forever:
+# a worker that died would hang the run).
+WORKER_RETRY_SECONDS = 20.0
+
+
+def _worker_context_class():
+  """TFF's AsyncExecutionContext on one remote worker, retrying a failed call for at most
+  WORKER_RETRY_SECONDS, then raising WorkerUnavailableError naming the worker."""
+  import asyncio  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+  from tensorflow_federated.python.core.impl.executors import executors_errors
+  # pylint: enable=g-import-not-at-top
+  invoke_once = async_execution_context.AsyncExecutionContext.invoke.__wrapped__
+
+  class WorkerContext(async_execution_context.AsyncExecutionContext):
+
+    def __init__(self, target: str, **kwargs):
+      super().__init__(**kwargs)
+      self.target = target
+
+    async def invoke(self, comp, arg):
+      deadline, wait = time.monotonic() + WORKER_RETRY_SECONDS, 0.25
+      while True:
+        try:
+          return await invoke_once(self, comp, arg)
+        except executors_errors.RetryableError:
+          if time.monotonic() > deadline:
+            raise WorkerUnavailableError(
+                f"worker {self.target} stopped answering (retried for "
+                f"{WORKER_RETRY_SECONDS:.0f} s)") from None
+          await asyncio.sleep(wait)
+          wait = min(2 * wait, 4.0)
+
+  return WorkerContext
+
+
+def configured_workers() -> list[str]:
+  """The remote workers the current context runs on ([]: a local worker)."""
+  return list(_context_options.get("workers") or [])
+
+
+def workers_down(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
+  """The targets among `targets` whose executor service does not answer within `timeout`."""
+  import grpc  # pylint: disable=g-import-not-at-top
+  down = []
+  for target in targets:
+    channel = grpc.insecure_channel(target)
+    try:
+      grpc.channel_ready_future(channel).result(timeout=timeout)
+    except grpc.FutureTimeoutError:
+      down.append(target)
+    finally:
+      channel.close()
+  return down
+
+
 def configure_context(*, max_concurrent_slots: int | None = None,
-                      static_graph_optimization: bool | None = None) -> None:
+                      static_graph_optimization: bool | None = None,
+                      workers: Sequence[str] | None = None) -> None:
   """Installs a fresh local C++ execution context with these options (None: keep the current one).
+
+  workers: executor services (`host:port`, each started with bin/worker) to run every computation
+    across instead of a local worker: TFF's mergeable-computation context splits a computation's
+    CLIENTS over them and merges their partial aggregates (a computation may hold one aggregation,
+    or several independent ones). An empty list goes back to the local worker.
 
   static_graph_optimization: TFF's context compiles each computation once, before its first call,
     with a static Grappler pass (function inlining, constant folding, arithmetic and loop
@@ -176,6 +309,8 @@ def configure_context(*, max_concurrent_slots: int | None = None,
     _context_options["max_concurrent_slots"] = max_concurrent_slots
   if static_graph_optimization is not None:
     _context_options["static_graph_optimization"] = bool(static_graph_optimization)
+  if workers is not None:
+    _context_options["workers"] = parse_workers(workers)
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.backends.native import compiler
   from tensorflow_federated.python.core.environments.tensorflow_frontend import (
@@ -185,13 +320,34 @@ def configure_context(*, max_concurrent_slots: int | None = None,
   from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
   # pylint: enable=g-import-not-at-top
   stop_workers()  # The replaced context's workers, before TFF's own (SIGINT + wait) stop runs.
+  compiler_fn = (compiler.desugar_and_transform_to_native
+                 if _context_options["static_graph_optimization"] else _compile_without_grappler)
+  if _context_options.get("workers"):
+    # pylint: disable=g-import-not-at-top
+    from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
+    from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
+    from tensorflow_federated.python.core.impl.execution_contexts import (
+        mergeable_comp_execution_context)
+    # pylint: enable=g-import-not-at-top
+    worker_context = _worker_context_class()
+    contexts = [worker_context(
+        target, executor_fn=_remote_factory(target), compiler_fn=compiler_fn,
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result)
+                for target in _context_options["workers"]]
+    context = mergeable_comp_execution_context.MergeableCompExecutionContext(
+        async_contexts=contexts,
+        compiler_fn=mergeable_comp_compiler.compile_to_mergeable_comp_form,
+        transform_args=tensorflow_computation.transform_args,
+        transform_result=tensorflow_computation.transform_result)
+    context_stack_impl.context_stack.set_default_context(context)
+    return
   limit = _context_options["max_concurrent_slots"]
   factory = executor_factory.local_cpp_executor_factory(
       max_concurrent_computation_calls=limit if limit > 0 else -1)
   context = sync_execution_context.SyncExecutionContext(
       executor_fn=factory,
-      compiler_fn=(compiler.desugar_and_transform_to_native
-                   if _context_options["static_graph_optimization"] else _compile_without_grappler),
+      compiler_fn=compiler_fn,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
   context_stack_impl.context_stack.set_default_context(context)

@@ -198,7 +198,19 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       r = state.round_num
       round_start = time.perf_counter()
       ids, clients = round_clients(r)
-      state, metrics = process.next(state, clients, client_ids=ids, store=store)
+      try:
+        state, metrics = process.next(state, clients, client_ids=ids, store=store)
+      except Exception as e:  # pylint: disable=broad-except
+        # A remote worker that died: one line naming it (and what to do), not a gRPC traceback.
+        down = (runtime.workers_down(runtime.configured_workers())
+                if runtime.configured_workers() else [])
+        if not down and not isinstance(e, runtime.WorkerUnavailableError):
+          raise
+        kept = asyncio.run(state_manager.get_versions())
+        which = f"worker {', '.join(down)} stopped answering" if down else str(e)
+        raise runtime.WorkerUnavailableError(
+            f"round {r}: {which}; restart it (bin/worker) and rerun the same command to resume from "
+            f"{f'the checkpoint of round {max(kept)}' if kept else 'the start'}") from None
       if not np.isfinite(metrics["loss"]):
         kept = asyncio.run(state_manager.get_versions())
         kept = f"its checkpoint of round {max(kept)} is kept" if kept else "it has no checkpoint"
@@ -258,6 +270,22 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
 
   results["seconds"] = round(time.perf_counter() - start, 1)
   return results, encoders
+
+
+def check_workers(config, workers: list[str]) -> None:
+  """Raises ValueError if a round of `config` has fewer TFF client slots than `workers` (a worker
+  without clients would idle): the grouped simulation packs a round into ceil(clients_per_round /
+  group_size) slots (group_size 0: one)."""
+  if len(workers) < 2:
+    return
+  per_round = config.clients_per_round
+  slots = per_round if config.simulation == "reference" else (
+      -(-per_round // config.group_size) if config.group_size else 1)
+  if slots < len(workers):
+    most = max(1, per_round // len(workers))
+    raise ValueError(f"--workers names {len(workers)} workers but a round has {slots} TFF client "
+                     f"slot(s) (clients_per_round={per_round}, group_size={config.group_size}): "
+                     f"set --group_size={most} or less so each worker gets clients")
 
 
 def load_newest_readable(manager: tff.program.FileProgramStateManager, structure):

@@ -1,0 +1,155 @@
+"""bin/train --workers: every federated computation of a run across two TFF executor services
+(bin/worker) on the loopback address gives the local run's metrics, a worker that dies stops the run
+with one line naming it, and the rerun resumes; no worker process outlives the test."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import portpicker
+import psutil
+import pytest
+
+from tff_ssl import cli, runtime
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(ROOT, "bin", "train")
+WORKER = os.path.join(ROOT, "bin", "worker")
+TINY = ["--task=synthetic_dcco_smoke", "--eval_steps=10", "--checkpoint_every=1"]
+
+
+class Workers:
+  """bin/worker processes on the loopback address (restartable)."""
+
+  def __init__(self, count):
+    self.ports = [portpicker.pick_unused_port() for _ in range(count)]
+    self.procs = [None] * count
+    self.seen = []
+    for i in range(count):
+      self.start(i)
+
+  @property
+  def targets(self):
+    return [f"localhost:{p}" for p in self.ports]
+
+  def start(self, i):
+    self.procs[i] = subprocess.Popen([sys.executable, WORKER, f"--port={self.ports[i]}"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    self.seen.append(self.procs[i].pid)
+    deadline = time.time() + 60
+    while runtime.workers_down([self.targets[i]], timeout=1.0):
+      assert self.procs[i].poll() is None and time.time() < deadline, "bin/worker did not start"
+
+  def kill(self, i):
+    self.procs[i].kill()
+    self.procs[i].wait()
+
+  def stop(self):
+    for proc in self.procs:
+      if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def workers():
+  pool = Workers(2)
+  try:
+    yield pool
+  finally:
+    pool.stop()
+    # bin/worker execs TFF's executor service: the pid it had is the service; none is left.
+    assert not [pid for pid in pool.seen if psutil.pid_exists(pid) and
+                psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def train(out, *args, timeout=300):
+  return subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", *TINY, *args],
+                        capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _same_run(local, remote, rtol):
+  a = (local / "metrics.csv").read_text().splitlines()
+  b = (remote / "metrics.csv").read_text().splitlines()
+  assert a[0] == b[0] and len(a) == len(b)
+  for x, y in zip(a[1:], b[1:]):
+    for u, v in zip(x.split(","), y.split(",")):
+      assert (u == v == "") or abs(float(u) - float(v)) <= rtol * max(1.0, abs(float(u))), (x, y)
+
+
+# Workers sum their slots' partial aggregates, then TFF merges them: another summation order than one
+# local worker's, so float32 round-off (round 0 of the grouped DCCO smoke run: 2e-5 relative), which
+# server Adam amplifies over rounds, as between the grouped and the reference simulation
+# (tests/bin/test_train_federated.py).
+ROUND_OFF = 1e-3
+
+
+@pytest.mark.parametrize("name,args", [
+    ("dcco", ["--rounds=3", "--clients_per_round=16", "--simulation=grouped", "--group_size=6"]),
+    ("fedavg_ldawa", ["--rounds=3", "--method=fedavg", "--ssl=byol", "--aggregator=ldawa",
+                      "--samples_per_client=4", "--projector=32,16", "--predictor=32,16",
+                      "--local_steps=2", "--group_size=3"]),
+])
+def test_run_across_two_workers_equals_the_local_run(tmp_path, workers, name, args):
+  local, remote = tmp_path / f"{name}_local", tmp_path / f"{name}_workers"
+  proc = train(local, *args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  proc = train(remote, *args, f"--workers={','.join(workers.targets)}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  _same_run(local, remote, ROUND_OFF)
+  if name == "fedavg_ldawa":  # The aggregator's per-layer measurements too.
+    assert ((local / "aggregation.csv").read_text().splitlines()[0] ==
+            (remote / "aggregation.csv").read_text().splitlines()[0])
+
+
+def test_a_worker_that_dies_stops_the_run_in_one_line_and_the_rerun_resumes(tmp_path, workers):
+  args = ["--rounds=12", "--group_size=2", f"--workers={','.join(workers.targets)}"]
+  uninterrupted = tmp_path / "uninterrupted"
+  proc = train(uninterrupted, *args)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = tmp_path / "run"
+  command = [sys.executable, TRAIN, f"--output_dir={out}", *TINY, *args]
+  child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 240
+    metrics = out / "metrics.csv"
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+      assert child.poll() is None and time.time() < deadline, child.stderr.read()[-3000:]
+      time.sleep(0.05)
+    workers.kill(1)
+    _, stderr = child.communicate(timeout=180)
+  finally:
+    if child.poll() is None:
+      child.kill()
+  assert child.returncode == cli.EXIT_ERROR, stderr[-3000:]
+  lines = [l for l in stderr.splitlines() if l.strip()]
+  assert len(lines) == 1 and "Traceback" not in stderr, stderr
+  assert lines[0].startswith("error: round ") and f"worker {workers.targets[1]}" in lines[0], lines
+  assert "rerun the same command to resume from the checkpoint of round" in lines[0], lines
+  assert not (out / "results.json").exists()
+
+  workers.start(1)  # The worker is back: the same command resumes and ends as if uninterrupted.
+  proc = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert (out / "metrics.csv").read_text() == (uninterrupted / "metrics.csv").read_text()
+  a = json.loads((out / "results.json").read_text())
+  b = json.loads((uninterrupted / "results.json").read_text())
+  assert a["linear_probe_accuracy_pretrained"] == b["linear_probe_accuracy_pretrained"]
+
+
+def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
+  port = portpicker.pick_unused_port()
+  out = tmp_path / "run"
+  proc = train(out, "--rounds=1", f"--workers=localhost:{port}", timeout=120)
+  assert proc.returncode == cli.EXIT_ERROR
+  assert proc.stderr.strip().count("\n") == 0, proc.stderr
+  assert f"worker localhost:{port} does not answer" in proc.stderr
+  assert f"bin/worker --port={port}" in proc.stderr and not out.exists()
+  proc = train(out, "--rounds=1", "--workers=localhost", timeout=120)
+  assert proc.returncode == cli.EXIT_ERROR and "'localhost' is not host:port" in proc.stderr
+  proc = train(out, "--rounds=1", f"--workers=localhost:{port},localhost:{port + 1}", timeout=120)
+  assert proc.returncode == cli.EXIT_ERROR and "set --group_size=4 or less" in proc.stderr
+  assert not out.exists()
