@@ -162,8 +162,11 @@ def test_ctrl_c_stops_cleanly_without_orphan_and_the_rerun_resumes(tmp_path):
   out = tmp_path / "run"
   args = [sys.executable, TRAIN, f"--output_dir={out}", *TINY, "--rounds=40"]
   # A new session: Ctrl-C in a terminal signals the whole foreground process group.
+  # SIGINT at its default, as in a terminal: CI starts the suite in the background, where the shell
+  # ignores SIGINT, and a program inherits that (and rightly keeps ignoring Ctrl-C).
   first = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
+                           start_new_session=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
   try:
     deadline = time.time() + 240
     while not (out / "checkpoints" / "program_state_1").exists():
