@@ -15,6 +15,7 @@ exit path:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import importlib.abc
 import logging
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Sequence
 
 import psutil
@@ -115,13 +117,52 @@ def _service_managers() -> list:
 
 
 def stop_workers(timeout: float = 5.0) -> int:
-  """Stops every TFF worker this process started; returns how many were running.
+  """Stops every TFF worker this process started for its local contexts; returns how many were
+  running (the services of `serve_local_workers` are left to it).
 
   TFF's service managers forget the stopped workers, so the next computation starts a fresh one (a
   manager that still held one would `os.kill` its reaped pid and fail)."""
   for manager in _service_managers():
     manager._stub, manager._process = None, None  # pylint: disable=protected-access
-  return _terminate(worker_processes(), timeout)
+  return _terminate([w for w in worker_processes() if w.pid not in _served_pids], timeout)
+
+
+_served_pids: set[int] = set()
+
+
+@contextlib.contextmanager
+def serve_local_workers(count: int, *, start_timeout: float = 60.0):
+  """Starts `count` TFF executor services (what bin/worker runs) on free loopback ports, yields their
+  `localhost:port` targets, and stops them on exit. Each dies with this process (parent-death signal)
+  and sits in its own process group, like the local context's worker."""
+  import portpicker  # pylint: disable=g-import-not-at-top
+  if count < 1:
+    raise ValueError(f"serve_local_workers needs count >= 1; got {count}")
+  procs, targets = [], []
+  try:
+    for _ in range(count):
+      port = portpicker.pick_unused_port()
+      proc = _PopenWithParentDeath(
+          [worker_binary_path(), f"--port={port}", "--max_concurrent_computation_calls=-1"],
+          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+      procs.append(proc)
+      _served_pids.add(proc.pid)
+      targets.append(f"localhost:{port}")
+    deadline = time.monotonic() + start_timeout
+    for proc, target in zip(procs, targets):
+      while workers_down([target], timeout=1.0):
+        if proc.poll() is not None or time.monotonic() > deadline:
+          raise WorkerUnavailableError(f"the local worker for {target} did not start "
+                                       f"(exit status {proc.poll()}); run bin/worker "
+                                       f"--port={target.rpartition(':')[2]} to see why")
+    yield targets
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.terminate()
+    for proc in procs:
+      proc.wait()
+      _served_pids.discard(proc.pid)
 
 
 def _terminate(workers: list[psutil.Process], timeout: float = 5.0) -> int:
@@ -236,7 +277,6 @@ def _worker_context_class():
   """TFF's AsyncExecutionContext on one remote worker, retrying a failed call for at most
   WORKER_RETRY_SECONDS, then raising WorkerUnavailableError naming the worker."""
   import asyncio  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
   # pylint: disable=g-import-not-at-top
   from tensorflow_federated.python.core.impl.execution_contexts import async_execution_context
   from tensorflow_federated.python.core.impl.executors import executors_errors

@@ -211,6 +211,9 @@ def test_inner_factory_replaces_the_weighted_mean():
   inner = tff.aggregators.MeanFactory(value_sum_factory=tff.aggregators.SumFactory())
   result, _ = run(FedAvgFactory(inner=inner), SCALAR, values, infos)
   assert result[0] == pytest.approx(10 / 6, rel=1e-6)
+  # The softmax weighting computes its weighted mean in one mergeable aggregate: no inner factory.
+  with pytest.raises(TypeError, match="an inner factory cannot take its place"):
+    LossFactory(inner=inner).create(SCALAR, aggregators.client_info_type(SCALAR))
 
 
 def test_type_signatures():

@@ -5,6 +5,9 @@ import os
 import subprocess
 import sys
 
+import portpicker
+import psutil
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCHMARK = os.path.join(ROOT, "bin", "benchmark")
 
@@ -53,3 +56,39 @@ def test_aggregation_benchmark_writes_every_strategy(tmp_path):
   proc = run("--aggregation", "--strategies=fedprox", f"--output_csv={tmp_path / 'x.csv'}",
              timeout=120)
   assert proc.returncode == 2 and "unknown strategy 'fedprox'" in proc.stderr
+
+
+def test_workers_benchmark_times_local_one_and_two_workers(tmp_path):
+  """--local_workers=2: the grouped round locally and across 1 and 2 TFF executor services it starts
+  and stops; the bytes of a round from the computations' arguments (exact for the clients' data)."""
+  out = tmp_path / "workers.csv"
+  proc = run("--model=tiny", "--dataset=synthetic", "--scenarios=fedavg_cco_128x4", "--rounds=1",
+             "--warmup=1", "--local_workers=2", f"--output_csv={out}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "Grappler" not in proc.stderr and "Traceback" not in proc.stderr
+  rows = list(csv.DictReader(open(out)))
+  assert [(r["workers"], r["group_size"]) for r in rows] == [("0", "0"), ("1", "128"), ("2", "64")]
+  for r in rows:
+    assert float(r["round_s"]) > 0
+    # 128 clients x 4 images of 28x28x1 uint8, their int64 ids and one int32 size per client.
+    assert int(r["client_data_bytes"]) == 512 * 784 + 512 * 8 + 128 * 4
+    assert int(r["server_bytes"]) > 0 and int(r["result_bytes"]) > 0
+  per_worker = [float(r["bytes_per_worker"]) for r in rows]
+  assert per_worker[0] == per_worker[1] > per_worker[2]  # Two workers share the clients' data.
+  two = rows[2]
+  assert float(two["bytes_per_round"]) == (2 * (int(two["server_bytes"]) + int(two["result_bytes"]))
+                                           + int(two["client_data_bytes"]))
+  ports = [t.rpartition(":")[2] for t in proc.stdout.split("local workers: ")[1].split()[0].split(",")]
+  assert len(ports) == 2
+  left = [p for p in psutil.process_iter(["cmdline"])
+          if any(f"--port={port}" in " ".join(p.info["cmdline"] or []) for port in ports)]
+  assert not left, left
+
+
+def test_workers_benchmark_rejects_a_worker_that_does_not_answer(tmp_path):
+  port = portpicker.pick_unused_port()
+  proc = run("--model=tiny", f"--workers=localhost:{port}", f"--output_csv={tmp_path / 'w.csv'}",
+             timeout=120)
+  assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+  assert f"worker localhost:{port} does not answer" in proc.stderr
+  assert not (tmp_path / "w.csv").exists()

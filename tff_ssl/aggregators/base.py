@@ -122,11 +122,11 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
 
   def __init__(self, *, inner: tff.aggregators.WeightedAggregationFactory | None = None,
                measure_divergence: bool = False):
-    inner = inner if inner is not None else tff.aggregators.MeanFactory()
-    if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
+    if inner is not None and not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
       raise TypeError(f"inner must be a weighted tff.aggregators factory (it receives the weights "
                       f"b_k); got {type(inner).__name__}")
-    self._inner = inner
+    self._inner_given = inner is not None
+    self._inner = inner if inner is not None else tff.aggregators.MeanFactory()
     self.measure_divergence = measure_divergence
 
   @property
@@ -266,16 +266,19 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
 
   def _server_stage(self, value_type, contribution_type, specs) -> tff.templates.AggregationProcess:
     inner = self._inner.create(value_type, tff.TensorType(np.float32))
-    shifted = self.shifted
+    if self.shifted and self._inner_given:
+      raise TypeError(f"{type(self).__name__} with weighting {self.weighting!r} computes its "
+                      f"softmax-weighted mean itself, in one mergeable aggregation; an inner "
+                      f"factory cannot take its place (leave inner unset)")
 
     @tff.federated_computation()
     def init_fn():
       return tff.federated_zip(collections.OrderedDict(
           round=tff.federated_value(np.int32(0), tff.SERVER), inner=inner.initialize()))
 
-    @tff.tensorflow.computation(np.float32, np.float32)
-    def weight_fn(log_weight, shift):
-      return tf.exp(log_weight - shift)
+    @tff.tensorflow.computation(np.float32)
+    def weight_fn(log_weight):
+      return tf.exp(log_weight)
 
     @tff.tensorflow.computation(np.int32)
     def increment(r):
@@ -283,32 +286,98 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
 
     stats_type = contribution_type.stats
 
-    @tff.tensorflow.computation(stats_type, np.float32, np.float32, np.float32)
-    def finish_fn(stats, total, top, shift):
+    @tff.tensorflow.computation(stats_type, np.float32)
+    def finish_fn(stats, max_weight):
       out = self.finish(collections.OrderedDict(
           (k, getattr(stats, k)) for k in self.stats_spec(specs)))
-      out["max_weight"] = tf.exp(top - shift) / total  # The most any one client counted.
+      out["max_weight"] = max_weight  # The most any one client counted: max_k b_k / sum_k b_k.
       return out
+
+    @tff.tensorflow.computation(np.float32, np.float32)
+    def max_weight_fn(top, total):
+      return tf.exp(top) / total
+
+    # The softmax's one-pass aggregate: (value, m, s, stats) = a weighted mean of the clients so far,
+    # their largest log weight m and s = sum_k exp(log b_k - m) (relative to m, so that the weights'
+    # ratios are exact differences of the clients' own log weights, never of a rounded log total).
+    acc_type = tff.StructType([("value", value_type), ("top", np.float32), ("total", np.float32),
+                               ("stats", stats_type)])
+
+    @tff.tensorflow.computation()
+    def empty():
+      return _softmax_acc([tf.zeros(s.shape, s.dtype) for s in specs],
+                          tf.constant(-np.inf, tf.float32), tf.constant(0.0, tf.float32),
+                          collections.OrderedDict((k, tf.zeros(s.shape, s.dtype))
+                                                  for k, s in self.stats_spec(specs).items()))
+
+    def read_acc(a):
+      return (list(a.value), a.top, a.total,
+              collections.OrderedDict(tff.structure.to_elements(a.stats)))
+
+    @tff.tensorflow.computation(acc_type, contribution_type)
+    def accumulate(a, c):
+      # A client (or a grouped slot) as an accumulator: m = its largest log weight, s = its total
+      # relative to it (exactly 1 for one client).
+      stats = collections.OrderedDict(tff.structure.to_elements(c.stats))
+      relative = tf.where(tf.math.is_finite(c.max_log_weight),
+                          tf.exp(c.log_weight - c.max_log_weight), 0.0)  # 0: a slot of no clients.
+      one = (list(c.value), c.max_log_weight, relative, stats)
+      return merge_softmax(read_acc(a), one)
+
+    @tff.tensorflow.computation(acc_type, acc_type)
+    def merge(a, b):
+      return merge_softmax(read_acc(a), read_acc(b))
+
+    @tff.tensorflow.computation(acc_type)
+    def report(a):
+      value, _, total, stats = read_acc(a)
+      return collections.OrderedDict(value=value, max_weight=tf.math.divide_no_nan(1.0, total),
+                                     stats=stats)
 
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(contribution_type, tff.CLIENTS))
     def next_fn(state, contributions):
-      if shifted:
-        shift = tff.federated_max(contributions.log_weight)
+      if self.shifted:
+        # softmax(-L_k) needs the round's largest -L_k as a shift; a max followed by a weighted mean
+        # would be an aggregation depending on another, which TFF's multi-worker execution
+        # (bin/train --workers) refuses. One `federated_aggregate` of running weighted means kept
+        # relative to their largest log weight (flash attention's online softmax) is the same
+        # softmax, exact and overflow-free, in one pass.
+        total = tff.federated_aggregate(contributions, empty(), accumulate, merge, report)
+        result, inner_state = total.value, state.inner
+        max_weight, stats = total.max_weight, total.stats
       else:
-        shift = tff.federated_value(np.float32(0.0), tff.SERVER)
-      weights = tff.federated_map(weight_fn, (contributions.log_weight,
-                                              tff.federated_broadcast(shift)))
-      out = inner.next(state.inner, contributions.value, weights)
-      measurements = tff.federated_map(finish_fn, (
-          tff.federated_sum(contributions.stats), tff.federated_sum(weights),
-          tff.federated_max(contributions.max_log_weight), shift))
+        weights = tff.federated_map(weight_fn, contributions.log_weight)
+        out = inner.next(state.inner, contributions.value, weights)
+        result, inner_state = out.result, out.state
+        max_weight = tff.federated_map(max_weight_fn, (
+            tff.federated_max(contributions.max_log_weight), tff.federated_sum(weights)))
+        stats = tff.federated_sum(contributions.stats)
+      measurements = tff.federated_map(finish_fn, (stats, max_weight))
       new_state = tff.federated_zip(collections.OrderedDict(
-          round=tff.federated_map(increment, state.round), inner=out.state))
-      return tff.templates.MeasuredProcessOutput(state=new_state, result=out.result,
+          round=tff.federated_map(increment, state.round), inner=inner_state))
+      return tff.templates.MeasuredProcessOutput(state=new_state, result=result,
                                                  measurements=measurements)
 
     return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
+def _softmax_acc(value, top, total, stats) -> collections.OrderedDict:
+  return collections.OrderedDict(value=list(value), top=top, total=total, stats=stats)
+
+
+def merge_softmax(a, b) -> collections.OrderedDict:
+  """Two softmax accumulators, tuples (value, m, s, stats), as one (an OrderedDict): each side is rescaled by exp(m_side - m)
+  with m the larger, so nothing overflows whatever the losses' scale; an empty side (m = -inf,
+  s = 0) contributes nothing."""
+  (va, ma, sa, sta), (vb, mb, sb, stb) = a, b
+  top = tf.maximum(ma, mb)
+  ref = tf.where(tf.math.is_finite(top), top, 0.0)
+  ka, kb = sa * tf.exp(ma - ref), sb * tf.exp(mb - ref)
+  total = ka + kb
+  ca, cb = tf.math.divide_no_nan(ka, total), tf.math.divide_no_nan(kb, total)
+  return _softmax_acc([ca * x + cb * y for x, y in zip(va, vb)], top, total,
+                      collections.OrderedDict((k, sta[k] + stb[k]) for k in sta))
 
 
 def _check_value_type(value_type) -> tff.StructType:
