@@ -13,10 +13,13 @@ layer l enters as delta_k^(l) w_k^(l), i.e. v_k^(l) = w_g^(l) - delta_k^(l) w_k^
 
     next(state@SERVER, Delta_k@CLIENTS, info_k@CLIENTS)                         (reference simulation)
       ──federated_map(client_stage)──►  v_k, log b_k, stats_k           at each client
-      [loss weighting: m = federated_max(log b_k), broadcast]            softmax needs a shift
-      b_k = exp(log b_k - m)
+      b_k = exp(log b_k)
       Delta = inner.next(v_k, b_k)       (inner: a weighted tff.aggregators factory, MeanFactory)
       measurements = finish(federated_sum(stats_k), ...)
+
+The loss weighting, softmax(-L_k), replaces the last three lines by one `federated_aggregate` of
+running means kept relative to their largest log b_k (`merge_softmax`): a max followed by a mean would
+be one aggregation depending on another, which TFF's multi-worker execution refuses.
 
 `StrategyFactory` is a `tff.aggregators.WeightedAggregationFactory` whose weight argument is the
 `ClientInfo` struct (TFF lets an `AggregationProcess` take any CLIENTS-placed extra argument), so TFF's

@@ -4,9 +4,10 @@
 
 L_k is the client's mean training loss over its local steps. Clients with lower loss count more; with
 losses that differ by tens (CCO / Barlow Twins losses are in the hundreds) the softmax gives one
-client nearly all the weight, which `max_weight` reports. Computed exactly as a softmax: the server
-first takes the round's largest -L_k (a `federated_max`) and every client's weight is
-exp(-L_k - max), so nothing overflows or underflows to 0/0.
+client nearly all the weight, which `max_weight` reports. Computed exactly as a softmax, in one
+mergeable aggregation: running weighted means kept relative to their largest -L_k, rescaled to the
+larger one when two are merged (`base.merge_softmax`), so nothing overflows or underflows to 0/0 and
+the round runs across TFF workers too.
 """
 
 from __future__ import annotations
