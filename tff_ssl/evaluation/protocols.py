@@ -14,6 +14,7 @@ with its k = 200 most cosine-similar labeled train features, each weighted exp(s
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Callable
 
 import numpy as np
@@ -44,10 +45,23 @@ def labeled_subset(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray
   return np.sort(np.concatenate(chosen))
 
 
+_feature_fns: "weakref.WeakKeyDictionary[tf.keras.Model, dict]" = weakref.WeakKeyDictionary()
+
+
 def extract_features(encoder: tf.keras.Model, images: np.ndarray,
                      batch_size: int = 1000) -> np.ndarray:
-  """The frozen encoder's features of uint8 `images`, float32 [N, D]."""
-  fn = tf.function(lambda x: encoder(to_float(x), training=False))
+  """The frozen encoder's features of uint8 `images`, float32 [N, D].
+
+  The compiled forward pass is kept per encoder (and image shape and dtype), for any batch size: the
+  protocols extract train and test features of one encoder several times, and tracing a full-width
+  ResNet-18 costs more than its forward pass over a small split."""
+  fns = _feature_fns.setdefault(encoder, {})
+  key = (images.shape[1:], images.dtype.str)
+  if key not in fns:
+    spec = tf.TensorSpec((None,) + tuple(images.shape[1:]), tf.as_dtype(images.dtype))
+    model = weakref.ref(encoder)  # The cached function must not keep its encoder alive.
+    fns[key] = tf.function(lambda x: model()(to_float(x), training=False), input_signature=[spec])
+  fn = fns[key]
   return np.concatenate([fn(tf.constant(images[i:i + batch_size])).numpy()
                          for i in range(0, images.shape[0], batch_size)])
 
