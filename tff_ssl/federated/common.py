@@ -330,7 +330,7 @@ class ServerLoop:
     self._optimizer = server_optimizer
     specs = tuple(self.mask.select(model.weight_specs))
 
-    @tf.function
+    @tf.function(autograph=False)
     def update(weights, state, delta):
       state, new_weights = server_optimizer.next(state, tuple(weights), tuple(delta))
       return list(new_weights), state

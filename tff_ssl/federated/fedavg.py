@@ -243,7 +243,7 @@ def _minibatch_training(model, cfg: FedAvgSSLConfig, weights, seed, data, mask, 
   ssl_state = {k: (list(weights) if k == "target" and v is None else v)
                for k, v in ssl_state.items()}
 
-  @tf.function
+  @tf.function(autograph=False)  # The loop is explicit; autograph only re-parses the body.
   def train(weights, ssl_state, images, ids, seed):
     n = tf.shape(ids)[0]
     batch = tf.minimum(cfg.local_batch_size, n)

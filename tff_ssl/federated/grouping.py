@@ -140,7 +140,7 @@ def fold_clients(group, body: Callable, initial, states=None, out_specs=None):
   local steps).
   """
 
-  @tf.function
+  @tf.function(autograph=False)  # The loop is explicit; autograph only re-parses the body.
   def loop(images, ids, sizes, initial, states):
     offsets = tf.cumsum(sizes, exclusive=True)
     count = tf.shape(sizes)[0]

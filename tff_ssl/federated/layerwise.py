@@ -167,7 +167,7 @@ class LayerwiseProcess:
       model = self.stage_models[stage - 1]
       cfg = dataclasses.replace(self.fedavg_config, alignment_weight=0.0)
 
-      @tf.function
+      @tf.function(autograph=False)
       def calibrate(weights, seed, images, ids):
         seed = tf.random.experimental.stateless_fold_in(seed, CALIBRATION_KEY)
         delta, _, mean_loss, _ = fedavg.local_training(model, cfg, weights, seed,

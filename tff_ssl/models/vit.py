@@ -133,7 +133,9 @@ class Block(tf.keras.layers.Layer):
     keep = _KEEP.get()
     # Keras' symbolic calls (the first creates the block's weights; in TF1 graphs, as TFF's, they
     # run on placeholders of the model's inputs) always run the block.
-    if (keep is None or self.index > len(keep) or not self.mlp2.built or
+    # The keep pattern's static length (plain Python, also where autograph does not convert `len`).
+    if (keep is None or self.index > (len(keep) if isinstance(keep, tuple) else keep.shape[0]) or
+        not self.mlp2.built or
         tf.keras.backend.is_keras_tensor(x)):
       return self._forward(x)
     if isinstance(keep, tuple):
