@@ -66,7 +66,7 @@ def workers():
                 psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
-def train(out, *args, timeout=300):
+def train(out, *args, timeout=900):
   return subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", *TINY, *args],
                         capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -120,7 +120,7 @@ def test_a_worker_that_dies_stops_the_run_in_one_line_and_the_rerun_resumes(tmp_
       assert child.poll() is None and time.time() < deadline, child.stderr.read()[-3000:]
       time.sleep(0.05)
     workers.kill(1)
-    _, stderr = child.communicate(timeout=180)
+    _, stderr = child.communicate(timeout=600)
   finally:
     if child.poll() is None:
       child.kill()
@@ -132,7 +132,7 @@ def test_a_worker_that_dies_stops_the_run_in_one_line_and_the_rerun_resumes(tmp_
   assert not (out / "results.json").exists()
 
   workers.start(1)  # The worker is back: the same command resumes and ends as if uninterrupted.
-  proc = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+  proc = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert (out / "metrics.csv").read_text() == (uninterrupted / "metrics.csv").read_text()
   a = json.loads((out / "results.json").read_text())
