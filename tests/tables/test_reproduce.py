@@ -84,7 +84,15 @@ def test_end_to_end_selection_resume_and_failures(tmp_path, monkeypatch):
   base = json.load(open(os.path.join(out, "random_init.json")))
   assert sorted(base["baselines"]) == ["linear_1", "linear_10"]
   assert all(0 <= v <= 1 for b in base["baselines"].values() for v in b.values())
-  assert md.count("Baselines under this protocol: raw pixels") == 2
+  # ... shown as rows under each frozen-feature evaluation's methods, and in table.csv.
+  for key, name in table_report.BASELINE_ROWS:
+    assert md.count(f"| *{name}* |") == 2
+    for e in ("linear_1", "linear_10"):
+      assert float(rows[(e, key, "")]["ours"]) == pytest.approx(100 * base["baselines"][e][key],
+                                                                abs=0.005)
+  assert (f"| *Linear on raw pixels* | {table_report.fmt(base['baselines']['linear_10']['raw_pixels'])} |"
+          in md)
+  assert md.count("Pretrained cells above the raw-pixel row:") == 2
 
   # Resume: finished and failed cells are kept; a cell whose results are gone runs again, to the same
   # numbers (a federated cell resumes from its checkpoint: here, its last round).

@@ -14,6 +14,7 @@ with its k = 200 most cosine-similar labeled train features, each weighted exp(s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from typing import Callable
 
@@ -48,6 +49,10 @@ def labeled_subset(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray
 _feature_fns: "weakref.WeakKeyDictionary[tf.keras.Model, dict]" = weakref.WeakKeyDictionary()
 
 
+def _encode(model_ref, images):
+  return model_ref()(to_float(images), training=False)
+
+
 def extract_features(encoder: tf.keras.Model, images: np.ndarray,
                      batch_size: int = 1000) -> np.ndarray:
   """The frozen encoder's features of uint8 `images`, float32 [N, D].
@@ -59,8 +64,11 @@ def extract_features(encoder: tf.keras.Model, images: np.ndarray,
   key = (images.shape[1:], images.dtype.str)
   if key not in fns:
     spec = tf.TensorSpec((None,) + tuple(images.shape[1:]), tf.as_dtype(images.dtype))
-    model = weakref.ref(encoder)  # The cached function must not keep its encoder alive.
-    fns[key] = tf.function(lambda x: model()(to_float(x), training=False), input_signature=[spec])
+    # The cached function must not keep its encoder alive (a weak reference), and is a partial, not a
+    # lambda: TF counts retracing per Python code object, and one lambda traced once per encoder would
+    # print its "triggered tf.function retracing" warning.
+    fns[key] = tf.function(functools.partial(_encode, weakref.ref(encoder)),
+                           input_signature=[spec])
   fn = fns[key]
   return np.concatenate([fn(tf.constant(images[i:i + batch_size])).numpy()
                          for i in range(0, images.shape[0], batch_size)])

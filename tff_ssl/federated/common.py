@@ -13,6 +13,7 @@ the server's optimizer step.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -311,6 +312,11 @@ def check_server(config) -> None:
     raise ValueError(f"server_learning_rate must be > 0; got {config.server_learning_rate}")
 
 
+def _server_step(server_optimizer, weights, state, delta):
+  state, new_weights = server_optimizer.next(state, tuple(weights), tuple(delta))
+  return list(new_weights), state
+
+
 class ServerLoop:
   """The server's part shared by every process: initial state, and the optimizer step that closes a
   round with the aggregated update of the trained tensors (`mask`; default all).
@@ -330,13 +336,12 @@ class ServerLoop:
     self._optimizer = server_optimizer
     specs = tuple(self.mask.select(model.weight_specs))
 
-    @tf.function(autograph=False)
-    def update(weights, state, delta):
-      state, new_weights = server_optimizer.next(state, tuple(weights), tuple(delta))
-      return list(new_weights), state
-
+    # A partial, not a closure: TF counts retracing per Python code object, so every ServerLoop's
+    # closure (one per process built, e.g. a table's cells in one Python process) would count as a
+    # retrace of one function and print TF's "triggered tf.function retracing" warning.
     self._specs = specs
-    self._server_update = update
+    self._server_update = tf.function(functools.partial(_server_step, server_optimizer),
+                                      autograph=False)
 
   @property
   def trained_specs(self) -> list[tf.TensorSpec]:
