@@ -101,3 +101,13 @@ def test_extract_features_batches_consistently(synthetic_test):
   a = evaluation.extract_features(enc, synthetic_test.images[:10], batch_size=3)
   b = evaluation.extract_features(enc, synthetic_test.images[:10], batch_size=10)
   np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_features_of_many_encoders_print_no_retracing_warning(caplog):
+  # One cached forward pass per encoder: seven encoders are seven functions, not seven retraces.
+  images = np.zeros((3, 8, 8, 1), np.uint8)
+  with caplog.at_level("WARNING", logger="tensorflow"):
+    for _ in range(7):
+      encoder = tf.keras.Sequential([tf.keras.Input((8, 8, 1)), tf.keras.layers.Flatten()])
+      assert evaluation.extract_features(encoder, images).shape == (3, 64)
+  assert not [r for r in caplog.records if "retracing" in r.getMessage()]

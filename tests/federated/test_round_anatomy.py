@@ -192,3 +192,16 @@ def test_method_state_is_checkpointed_and_restored_with_the_rest(tmp_path):
   back = common.ServerState.from_program_state(loaded)
   assert version == 3 and back.round_num == 3 and int(back.method_state["stage"]) == 2
   np.testing.assert_array_equal(back.method_state["bank"], np.arange(6.0).reshape(2, 3))
+
+
+def test_many_processes_in_one_python_process_print_no_retracing_warning(caplog):
+  # A table builds one process per cell in one Python process: each process's server step is its own
+  # function (not a retrace of one), and TF must not warn that it keeps retracing.
+  model = resnet()
+  zero = [np.zeros_like(w) for w in model.initial_weights]
+  with caplog.at_level("WARNING", logger="tensorflow"):
+    for _ in range(7):
+      loop = common.ServerLoop(model, tff.learning.optimizers.build_adam(learning_rate=1e-3))
+      state, _ = loop.finish_round(loop.initialize(), zero, 0.0, 1)
+      assert state.round_num == 1
+  assert not [r for r in caplog.records if "retracing" in r.getMessage()]
