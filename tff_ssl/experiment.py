@@ -67,6 +67,7 @@ class ExperimentConfig:
   encoder: str = "resnet14"
   width: float = 1.0
   stem_stride: int = 1  # 2: the 3x3 stem halves 28-32 px inputs (a quarter of the compute).
+  pool_grid: int = 1  # ResNets: average-pool the last feature map over a g x g grid (1: global).
   depth: int = 0  # ViT encoders: the number of transformer blocks (0: the encoder's own).
   patch_size: int = 0  # ViT encoders: pixels per patch side (0: 4).
   projector: tuple[int, ...] = (512, 512, 512)
@@ -188,6 +189,11 @@ class ExperimentConfig:
     if self.encoder not in models.RESNETS and self.stem_stride != 1:
       raise ValueError(f"stem_stride is a ResNet option; encoder {self.encoder!r} is not a ResNet "
                        f"(drop --stem_stride)")
+    if self.pool_grid < 1:
+      raise ValueError(f"pool_grid must be >= 1 (1: global average pooling); got {self.pool_grid}")
+    if self.encoder not in models.RESNETS and self.pool_grid != 1:
+      raise ValueError(f"pool_grid is a ResNet option; encoder {self.encoder!r} is not a ResNet "
+                       f"(drop --pool_grid)")
     if self.depth < 0 or self.patch_size < 0:
       raise ValueError(f"depth and patch_size must be >= 0 (0: the encoder's own); got "
                        f"depth={self.depth}, patch_size={self.patch_size}")
@@ -258,6 +264,7 @@ class ExperimentConfig:
     Keras model named `name` (default: the encoder's own name)."""
     return models.build_encoder(self.encoder, image_shape, width=self.width,
                                 small_input=image_shape[0] <= 64, stem_stride=self.stem_stride,
+                                **({"pool_grid": self.pool_grid} if self.pool_grid != 1 else {}),
                                 depth=self.depth, patch_size=self.patch_size, name=name)
 
   def augment_config(self) -> data_lib.AugmentConfig:
@@ -323,6 +330,10 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
 def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progress: bool,
          random_init_baseline: bool, evaluate: Evaluate | None) -> dict[str, Any]:
   train, test = load_splits(config)
+  if config.pool_grid != 1:  # Before anything is written: the grid must fit the last feature map.
+    models.resnet.check_pool_grid(config.encoder, train.image_shape[0], config.pool_grid,
+                                  small_input=train.image_shape[0] <= 64,
+                                  stem_stride=config.stem_stride)
   kind = methods.get(config.method).kind
   if kind == "supervised":
     return _run_supervised(config, train, test, output_dir, results_path)

@@ -98,3 +98,26 @@ def test_ssl_model_projects_images():
   assert m.project(tf.zeros((3, 16, 16, 1))).shape == (3, 16)
   assert len(m.trainable_variables) == len(m.encoder.trainable_variables) + len(
       m.projector.trainable_variables)
+
+
+def test_pool_grid_averages_each_region_of_the_last_feature_map():
+  enc = models.build_encoder("resnet14", (28, 28, 1), stem_stride=2, pool_grid=2)
+  assert enc.output_shape == (None, 4 * 64)
+  # The features are the 2 x 2 region means of the 4 x 4 last map, flattened (row, column, channel).
+  last = tf.keras.Model(enc.input, enc.get_layer("stage3_block2_out").output)
+  x = np.random.default_rng(0).uniform(size=(2, 28, 28, 1)).astype(np.float32)
+  m = last(x).numpy()
+  expected = np.stack([m[:, r:r + 2, c:c + 2].mean(axis=(1, 2)) for r in (0, 2) for c in (0, 2)], 1)
+  np.testing.assert_allclose(enc(x).numpy(), expected.reshape(2, -1), rtol=1e-5, atol=1e-6)
+  # 7 x 7 (stem stride 1) into a 2 x 2 grid: regions of 4 x 4, 4 x 3, 3 x 4, 3 x 3 (padding not averaged).
+  enc7 = models.build_encoder("resnet14", (28, 28, 1), pool_grid=2)
+  m7 = tf.keras.Model(enc7.input, enc7.get_layer("stage3_block2_out").output)(x).numpy()
+  np.testing.assert_allclose(enc7(x).numpy()[:, -64:], m7[:, 4:, 4:].mean(axis=(1, 2)), rtol=1e-5,
+                             atol=1e-6)
+
+
+def test_pool_grid_finer_than_the_last_feature_map_is_refused():
+  assert models.resnet.last_feature_size("resnet18", 28, stem_stride=2) == 2
+  assert models.resnet.last_feature_size("resnet50", 96, small_input=False) == 3
+  with pytest.raises(ValueError, match="pool_grid 3 exceeds resnet18's last feature map of 2 x 2"):
+    models.build_encoder("resnet18", (28, 28, 1), stem_stride=2, pool_grid=3)

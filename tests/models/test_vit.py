@@ -73,3 +73,5 @@ def test_bad_vit_settings_name_the_value():
     ExperimentConfig(encoder="resnet18", depth=3)
   with pytest.raises(ValueError, match="stem_stride is a ResNet option"):
     ExperimentConfig(encoder="vit_mini", stem_stride=2)
+  with pytest.raises(ValueError, match="pool_grid is a ResNet option"):
+    ExperimentConfig(encoder="vit_mini", pool_grid=2)

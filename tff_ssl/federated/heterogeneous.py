@@ -297,14 +297,15 @@ class HeterogeneousProcess:
 
 def models_of(config, image_shape) -> list[FunctionalModel]:
   """One SSL model per architecture of `config.architectures`, each initialized from (seed, its
-  position); `stem_stride` applies to the ResNets."""
+  position); `stem_stride` and `pool_grid` apply to the ResNets."""
   out = []
   for a, encoder in enumerate(config.architectures):
     tf.keras.utils.set_random_seed(int(np.random.default_rng([config.seed, INIT_KEY, a])
                                        .integers(2**31)))
-    stride = config.stem_stride if encoder in models.RESNETS else 1
-    out.append(FunctionalModel(ssl_model.ssl_model_builder(
-        dataclasses.replace(config, encoder=encoder, stem_stride=stride), image_shape)))
+    resnet = encoder in models.RESNETS
+    out.append(FunctionalModel(ssl_model.ssl_model_builder(dataclasses.replace(
+        config, encoder=encoder, stem_stride=config.stem_stride if resnet else 1,
+        pool_grid=config.pool_grid if resnet else 1), image_shape)))
   return out
 
 

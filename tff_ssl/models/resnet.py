@@ -77,13 +77,36 @@ def _bottleneck_block(x, filters: int, stride: int, name: str):
   return tf.keras.layers.ReLU(name=f"{name}_out")(y)
 
 
+def last_feature_size(depth_name: str, image_size: int, *, small_input: bool = True,
+                      stem_stride: int = 1) -> int:
+  """The side of a ResNet's last feature map for square images of `image_size` px."""
+  size = -(-image_size // stem_stride) if small_input else -(-(-(-image_size // 2)) // 2)
+  for _ in RESNETS[depth_name].filters[1:]:  # Every stage after the first halves ("same" padding).
+    size = -(-size // 2)
+  return size
+
+
+def check_pool_grid(depth_name: str, image_size: int, pool_grid: int, *, small_input: bool = True,
+                    stem_stride: int = 1) -> None:
+  """Refuses a pooling grid finer than the last feature map."""
+  if pool_grid < 1:
+    raise ValueError(f"pool_grid must be >= 1 (1: global average pooling); got {pool_grid}")
+  size = last_feature_size(depth_name, image_size, small_input=small_input, stem_stride=stem_stride)
+  if pool_grid > size:
+    raise ValueError(f"pool_grid {pool_grid} exceeds {depth_name}'s last feature map of {size} x "
+                     f"{size} on {image_size} px images (lower --pool_grid)")
+
+
 def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 1.0,
-                 small_input: bool = True, stem_stride: int = 1, depth: int = 0,
-                 patch_size: int = 0, name: str | None = None) -> tf.keras.Model:
+                 small_input: bool = True, stem_stride: int = 1, pool_grid: int = 1,
+                 depth: int = 0, patch_size: int = 0, name: str | None = None) -> tf.keras.Model:
   """A ResNet encoder mapping images [B, H, W, C] (floats in [0, 1]) to pooled features [B, D].
 
   `stem_stride` (small inputs only): 2 halves every feature map, a quarter of the compute (the mini
   tables' Fashion-MNIST encoder: 28 px -> 14/7/4 px stages).
+  `pool_grid`: the last feature map is average-pooled over a g x g grid of regions and flattened,
+  D = g² C (1: global average pooling, D = C). On 28 px images the last map is 4 x 4 (stem stride 2)
+  or 7 x 7: a grid keeps where a feature is, which a 64-channel global average throws away.
   """
   if depth_name not in RESNETS:
     raise ValueError(f"unknown ResNet {depth_name!r}; choose one of {sorted(RESNETS)}")
@@ -112,5 +135,12 @@ def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 
     for b in range(blocks):
       stride = 2 if (b == 0 and stage > 0) else 1
       x = block_fn(x, scale(filters), stride, f"stage{stage + 1}_block{b + 1}")
-  features = tf.keras.layers.GlobalAveragePooling2D(name="pool")(x)
+  check_pool_grid(depth_name, input_shape[0], pool_grid, small_input=small_input,
+                  stem_stride=stem_stride)
+  if pool_grid == 1:
+    features = tf.keras.layers.GlobalAveragePooling2D(name="pool")(x)
+  else:
+    k = -(-x.shape[1] // pool_grid)  # Regions of ceil(size / g) pixels; "same" padding is not averaged.
+    x = tf.keras.layers.AveragePooling2D(k, strides=k, padding="same", name="grid_pool")(x)
+    features = tf.keras.layers.Flatten(name="pool")(x)
   return tf.keras.Model(inputs, features, name=name or depth_name)
