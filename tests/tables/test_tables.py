@@ -171,3 +171,27 @@ def test_settings_change_every_run_or_fail_loudly():
     l2.with_settings({"ssl": "byol"})
   with pytest.raises(ValueError, match="column 'noniid_1' sets num_clients itself"):
     tasks.get_table("dcco_table1", "mini").with_settings({"num_clients": 10})
+
+
+def test_mini_regime_study_changes_one_thing_per_row():
+  from tasks import mini_regime  # pylint: disable=g-import-not-at-top
+  table = tasks.get_table("mini_regime", "mini")
+  assert all(r.method.kind == "centralized" for r in table.rows)
+  todo, skipped = reproduce.cells(table)
+  assert len(todo) == len(table.rows) and not skipped
+  # The reference row is the DCCO mini table's centralized CCO, at its probe.
+  dcco_mini = dcco_table1.mini()
+  central = dcco_mini.cell_config(dcco_mini.row("centralized_cco"), None, 5e-3)
+  reference = table.cell_config(table.row("cco"), None)
+  fields = ("encoder", "width", "stem_stride", "pool_grid", "projector", "cco_lambda", "steps",
+            "batch_size", "optimizer", "learning_rate", "crop_min_scale", "blur",
+            "eval_label_fraction", "eval_steps", "eval_learning_rate")
+  assert {f: getattr(reference, f) for f in fields} == {f: getattr(central, f) for f in fields}
+  # Every other row differs from its method's reference only in the fields its entry names.
+  for group, ref_key in ((mini_regime._CCO, "cco"), (mini_regime._CONTRASTIVE, "simclr")):  # pylint: disable=protected-access
+    ref = table.row(ref_key).config
+    for key, _, changed in group:
+      config = table.row(key).config
+      differ = {f.name for f in dataclasses.fields(config)
+                if getattr(config, f.name) != getattr(ref, f.name)}
+      assert differ == set(changed), key
