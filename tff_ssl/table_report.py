@@ -95,7 +95,7 @@ def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
 
 
 # The rows every frozen-feature evaluation shows under the methods: (baselines key, row name).
-BASELINE_ROWS = (("raw_pixels", "Linear on raw pixels"),
+BASELINE_ROWS = (("raw_pixels", "Raw pixels"),
                  ("random_init", "Encoder at random initialization"))
 
 

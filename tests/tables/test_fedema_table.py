@@ -100,4 +100,4 @@ def test_paper_scale_runs_two_rounds_of_every_row(tmp_path, row_key):
   ours = [r for r in rows if r["status"] == "ok"]
   assert len(ours) == 2 and all(0 <= float(r["ours"]) <= 100 for r in ours)
   md = open(result["table_md"]).read()
-  assert "kNN monitor" in md and md.count("| *Linear on raw pixels* |") == 2
+  assert "kNN monitor" in md and md.count("| *Raw pixels* |") == 2

@@ -90,7 +90,7 @@ def test_end_to_end_selection_resume_and_failures(tmp_path, monkeypatch):
     for e in ("linear_1", "linear_10"):
       assert float(rows[(e, key, "")]["ours"]) == pytest.approx(100 * base["baselines"][e][key],
                                                                 abs=0.005)
-  assert (f"| *Linear on raw pixels* | {table_report.fmt(base['baselines']['linear_10']['raw_pixels'])} |"
+  assert (f"| *Raw pixels* | {table_report.fmt(base['baselines']['linear_10']['raw_pixels'])} |"
           in md)
   assert md.count("Pretrained cells above the raw-pixel row:") == 2
 
