@@ -47,12 +47,18 @@ _CCO = (
      {"steps": 600, "pool_grid": 2}),
     ("cco_grid2_lambda2_2000", "CCO, 2000 steps, 2 x 2 grid pooling, lambda = 2",
      {"steps": 2000, "pool_grid": 2, "cco_lambda": 2.0}),
+    ("cco_grid2_lambda2_crop50", "CCO, 600 steps, 2 x 2 grid pooling, lambda = 2, crops >= 50%",
+     {"steps": 600, "pool_grid": 2, "cco_lambda": 2.0, "crop_min_scale": 0.5}),
+    ("cco_grid2_lambda2_crop50_2000", "CCO, 2000 steps, 2 x 2 grid pooling, lambda = 2, crops >= 50%",
+     {"steps": 2000, "pool_grid": 2, "cco_lambda": 2.0, "crop_min_scale": 0.5}),
 )
 _CONTRASTIVE = (
     ("simclr", "Contrastive (SimCLR), 200 steps", {}),
     ("simclr_2000", "Contrastive, 2000 steps", {"steps": 2000}),
     ("simclr_grid2_2000", "Contrastive, 2000 steps, 2 x 2 grid pooling", {"steps": 2000,
                                                                           "pool_grid": 2}),
+    ("simclr_grid2_crop50_2000", "Contrastive, 2000 steps, 2 x 2 grid pooling, crops >= 50%",
+     {"steps": 2000, "pool_grid": 2, "crop_min_scale": 0.5}),
 )
 
 
