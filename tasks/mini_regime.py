@@ -51,6 +51,8 @@ _CCO = (
      {"steps": 600, "pool_grid": 2, "cco_lambda": 2.0, "crop_min_scale": 0.5}),
     ("cco_grid2_lambda2_crop50_2000", "CCO, 2000 steps, 2 x 2 grid pooling, lambda = 2, crops >= 50%",
      {"steps": 2000, "pool_grid": 2, "cco_lambda": 2.0, "crop_min_scale": 0.5}),
+    ("cco_grid2_lambda2_crop50_3000", "CCO, 3000 steps, 2 x 2 grid pooling, lambda = 2, crops >= 50%",
+     {"steps": 3000, "pool_grid": 2, "cco_lambda": 2.0, "crop_min_scale": 0.5}),
 )
 _CONTRASTIVE = (
     ("simclr", "Contrastive (SimCLR), 200 steps", {}),
@@ -59,6 +61,8 @@ _CONTRASTIVE = (
                                                                           "pool_grid": 2}),
     ("simclr_grid2_crop50_2000", "Contrastive, 2000 steps, 2 x 2 grid pooling, crops >= 50%",
      {"steps": 2000, "pool_grid": 2, "crop_min_scale": 0.5}),
+    ("simclr_grid2_crop50_3000", "Contrastive, 3000 steps, 2 x 2 grid pooling, crops >= 50%",
+     {"steps": 3000, "pool_grid": 2, "crop_min_scale": 0.5}),
 )
 
 
