@@ -144,11 +144,11 @@ def test_peak_memory_measures_what_a_call_holds_at_once(tmp_path):
   for k in cost.MEASURING_ENV:
     env.pop(k, None)
   bad = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                       timeout=300)
+                       timeout=900)
   assert bad.returncode != 0 and "MALLOC_MMAP_THRESHOLD_=65536 TF_ENABLE_ONEDNN_OPTS=0" in bad.stderr
   env.update(cost.MEASURING_ENV)
   ok = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                      timeout=300)
+                      timeout=900)
   assert ok.returncode == 0, ok.stderr[-2000:]
   together, alone = (int(x) for x in ok.stdout.split()[-2:])
   mb = 2**20

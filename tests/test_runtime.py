@@ -48,7 +48,7 @@ def _alive(pid):
 def test_worker_is_stopped_on_every_exit_path(how, code):
   # Reading the output through a pipe is the point: an orphan holding it open would hang here.
   proc = subprocess.run([sys.executable, "-c", PROGRAM.format(root=ROOT), how],
-                        capture_output=True, text=True, timeout=120, check=False)
+                        capture_output=True, text=True, timeout=600, check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("worker ")]
   assert lines, proc.stderr[-2000:]
   assert proc.returncode == code, proc.stderr[-2000:]
@@ -91,7 +91,7 @@ def test_user_script_importing_tff_ssl_leaves_no_worker(tmp_path):
   script.write_text(USER_SCRIPT.format(root=ROOT))
   # `python my_script.py | cat`: the shell returns only when every holder of the pipe has exited.
   proc = subprocess.run(f"{sys.executable} {script} | cat", shell=True, capture_output=True,
-                        text=True, timeout=300, check=False)
+                        text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = [l for l in proc.stdout.splitlines() if l.startswith("worker ")]
   assert lines and "round 1 loss" in proc.stdout, proc.stdout + proc.stderr[-3000:]

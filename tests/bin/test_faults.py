@@ -26,7 +26,7 @@ TRAIN = os.path.join(ROOT, "bin", "train")
 TINY = ["--task=synthetic_dcco_smoke", "--rounds=3", "--eval_steps=10", "--checkpoint_every=1"]
 
 
-def train(out, *args, timeout=300, env=None):
+def train(out, *args, timeout=900, env=None):
   return subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", *TINY, *args],
                         capture_output=True, text=True, timeout=timeout, check=False, env=env)
 
@@ -40,12 +40,12 @@ def one_line(proc, status=cli.EXIT_ERROR):
 def test_output_dir_that_is_a_file_or_cannot_be_created(tmp_path):
   a_file = tmp_path / "notes.txt"
   a_file.write_text("keep me")
-  line = one_line(train(a_file, timeout=120))
+  line = one_line(train(a_file, timeout=600))
   assert f"--output_dir {a_file} is an existing file" in line
   assert a_file.read_text() == "keep me"
-  line = one_line(train(a_file / "run", timeout=120))
+  line = one_line(train(a_file / "run", timeout=600))
   assert f"{a_file} is a file, not a folder" in line
-  line = one_line(train("/proc/tff_ssl_run", timeout=120))
+  line = one_line(train("/proc/tff_ssl_run", timeout=600))
   assert "cannot create --output_dir /proc/tff_ssl_run" in line
 
 
@@ -68,7 +68,7 @@ def test_truncated_fashion_mnist_file_is_a_data_error_naming_it(tmp_path):
   _idx_gz(data / "t10k-labels-idx1-ubyte.gz", (10000,))
   out = tmp_path / "run"
   proc = subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", "--task=synthetic_smoke",
-                         "--dataset=fashion_mnist"], capture_output=True, text=True, timeout=120,
+                         "--dataset=fashion_mnist"], capture_output=True, text=True, timeout=600,
                         check=False, env={**os.environ, "TFF_SSL_FASHION_MNIST_DIR": str(data)})
   line = one_line(proc)
   assert f"{data / 'train-images-idx3-ubyte.gz'} cannot be read (EOFError" in line
@@ -136,7 +136,7 @@ def test_run_folder_of_another_version_is_refused(tmp_path):
   del hparams["group_size"]
   hparams["old_field"] = 1
   (out / "hparams.json").write_text(json.dumps(hparams))
-  line = one_line(train(out, "--rounds=1", timeout=120))
+  line = one_line(train(out, "--rounds=1", timeout=600))
   assert "written by another version of tff-ssl" in line
   assert "lacks ['group_size'] and has ['old_field'] more" in line
 
@@ -151,7 +151,7 @@ def test_a_second_run_on_a_folder_in_use_is_refused(tmp_path):
   out.mkdir()
   with rundir.session():
     rundir.lock(str(out))  # This process is the run in progress.
-    line = one_line(train(out, timeout=120))
+    line = one_line(train(out, timeout=600))
   assert f"--output_dir {out} is in use by another run (process {os.getpid()})" in line
   assert sorted(p.name for p in out.iterdir()) == [rundir.LOCK_FILE]
   proc = train(out, "--rounds=1")  # Released with the session (and by the kernel at exit).
@@ -175,7 +175,7 @@ def test_ctrl_c_stops_cleanly_without_orphan_and_the_rerun_resumes(tmp_path):
     workers = _workers_of(first.pid)
     assert workers
     os.killpg(first.pid, signal.SIGINT)
-    _, stderr = first.communicate(timeout=60)
+    _, stderr = first.communicate(timeout=300)
   finally:
     if first.poll() is None:
       first.kill()

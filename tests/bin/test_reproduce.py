@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _run(*args, env=None):
   return subprocess.run([sys.executable, os.path.join(ROOT, "bin", "reproduce"), *args],
-                        capture_output=True, text=True, timeout=300, env=env)
+                        capture_output=True, text=True, timeout=900, env=env)
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -75,7 +75,7 @@ def test_bad_input_is_one_line_nonzero_exit_and_no_run_folder(tmp_path, args, me
   out = tmp_path / "run"
   args = [a.format(tmp=tmp_path) for a in args]
   proc = subprocess.run([sys.executable, TRAIN, f"--output_dir={out}"] + args, capture_output=True,
-                        text=True, timeout=120, check=False)
+                        text=True, timeout=600, check=False)
   assert proc.returncode == 2
   assert proc.stderr.strip().count("\n") == 0, proc.stderr
   assert message in proc.stderr
@@ -87,7 +87,7 @@ def test_refuses_to_overwrite_a_finished_run(tmp_path):
   out.mkdir()
   (out / "results.json").write_text("{}")
   proc = subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", "--task=synthetic_smoke"],
-                        capture_output=True, text=True, timeout=120, check=False)
+                        capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 2 and "already holds a finished run" in proc.stderr
   assert (out / "results.json").read_text() == "{}"
 
@@ -96,21 +96,21 @@ def test_supervised_baseline_and_evaluate_a_centralized_run(tmp_path):
   sup = tmp_path / "sup"
   proc = subprocess.run([sys.executable, TRAIN, f"--output_dir={sup}", "--task=synthetic_smoke",
                          "--method=supervised", "--steps=3"], capture_output=True, text=True,
-                        timeout=180, check=False)
+                        timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 0 <= json.load(open(sup / "results.json"))["supervised_accuracy"] <= 1
 
   run = tmp_path / "cco"
   proc = subprocess.run([sys.executable, TRAIN, f"--output_dir={run}", "--task=synthetic_smoke"],
-                        capture_output=True, text=True, timeout=180, check=False)
+                        capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   want = json.load(open(run / "results.json"))["linear_probe_accuracy_pretrained"]
   evaluate = os.path.join(ROOT, "bin", "evaluate")
   proc = subprocess.run([sys.executable, evaluate, f"--run_dir={run}", "--label_fraction=0.1",
-                         "--steps=20"], capture_output=True, text=True, timeout=180, check=False)
+                         "--steps=20"], capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   got = json.load(open(run / "eval_linear_probe_0.1_seed0.json"))["accuracy"]
   assert got == want  # Same encoder, same probe settings as the run's own evaluation.
   proc = subprocess.run([sys.executable, evaluate, f"--run_dir={tmp_path / 'none'}"],
-                        capture_output=True, text=True, timeout=120, check=False)
+                        capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 2 and "is not a run folder" in proc.stderr

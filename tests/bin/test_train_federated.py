@@ -15,7 +15,7 @@ TRAIN = os.path.join(ROOT, "bin", "train")
 TINY = ["--task=synthetic_dcco_smoke", "--rounds=4", "--eval_steps=10", "--checkpoint_every=1"]
 
 
-def train(out, *args, timeout=300):
+def train(out, *args, timeout=900):
   return subprocess.run([sys.executable, TRAIN, f"--output_dir={out}", *TINY, *args],
                         capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -102,7 +102,7 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
 
   # tools/weight_norms.py replays the run's config (writing nothing): the same losses.
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "weight_norms.py"), str(full),
-                         "2"], capture_output=True, text=True, timeout=300, check=False)
+                         "2"], capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.splitlines()
   assert len(lines) == 2, proc.stdout
@@ -135,7 +135,7 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
   evaluate = os.path.join(ROOT, "bin", "evaluate")
   proc = subprocess.run([sys.executable, evaluate, f"--run_dir={full}", "--protocol=fine_tune",
                          "--label_fraction=0.5", "--steps=3", "--batch_size=32"],
-                        capture_output=True, text=True, timeout=240, check=False)
+                        capture_output=True, text=True, timeout=900, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert 0 <= json.load(open(full / "eval_fine_tune_0.5_seed0.json"))["accuracy"] <= 1
 
@@ -173,7 +173,7 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
 ])
 def test_bad_federated_input(tmp_path, args, message):
   out = tmp_path / "run"
-  proc = train(out, *args, timeout=120)
+  proc = train(out, *args, timeout=600)
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert proc.stderr.strip().count("\n") == 0, proc.stderr
   assert message in proc.stderr

@@ -143,13 +143,13 @@ def test_a_worker_that_dies_stops_the_run_in_one_line_and_the_rerun_resumes(tmp_
 def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
   port = portpicker.pick_unused_port()
   out = tmp_path / "run"
-  proc = train(out, "--rounds=1", f"--workers=localhost:{port}", timeout=120)
+  proc = train(out, "--rounds=1", f"--workers=localhost:{port}", timeout=600)
   assert proc.returncode == cli.EXIT_ERROR
   assert proc.stderr.strip().count("\n") == 0, proc.stderr
   assert f"worker localhost:{port} does not answer" in proc.stderr
   assert f"bin/worker --port={port}" in proc.stderr and not out.exists()
-  proc = train(out, "--rounds=1", "--workers=localhost", timeout=120)
+  proc = train(out, "--rounds=1", "--workers=localhost", timeout=600)
   assert proc.returncode == cli.EXIT_ERROR and "'localhost' is not host:port" in proc.stderr
-  proc = train(out, "--rounds=1", f"--workers=localhost:{port},localhost:{port + 1}", timeout=120)
+  proc = train(out, "--rounds=1", f"--workers=localhost:{port},localhost:{port + 1}", timeout=600)
   assert proc.returncode == cli.EXIT_ERROR and "set --group_size=4 or less" in proc.stderr
   assert not out.exists()
