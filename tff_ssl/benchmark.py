@@ -108,6 +108,18 @@ def _median_time(fn: Callable[[int], None], warmup: int, rounds: int) -> float:
   return statistics.median(times)
 
 
+def best_of(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 3) -> float:
+  """The fastest of `repeats` timed calls of `fn`, after `warmup` untimed ones."""
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return min(times)
+
+
 def _round_clients(images: np.ndarray, scenario: Scenario, r: int) -> list[dict]:
   """Round r's clients: consecutive disjoint slices of the pool (wrapping around)."""
   n = scenario.clients * scenario.samples_per_client
@@ -253,14 +265,7 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
   groups = grouping.pack(_round_clients(images, scenario, 0))
   seed = common.round_seed(0, 0)
 
-  def best(fn):
-    fn()
-    times = []
-    for _ in range(repeats):
-      start = time.perf_counter()
-      fn()
-      times.append(time.perf_counter() - start)
-    return min(times)
+  best = lambda fn: best_of(fn, warmup=1, repeats=repeats)  # noqa: E731
 
   stats = process.aggregate_statistics(state.weights, seed, groups)
   weights = [tf.constant(w) for w in state.weights]

@@ -13,7 +13,6 @@
 
 import os
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,17 +28,6 @@ from tff_ssl import benchmark, data  # noqa: E402
 from tff_ssl.federated import common, dcco  # noqa: E402
 from tff_ssl.federated.functional import FunctionalModel  # noqa: E402
 from tff_ssl.federated.grouping import Simulation  # noqa: E402
-
-
-def best_of(fn, warmup: int = 2, repeats: int = 5) -> float:
-  for _ in range(warmup):
-    fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return min(times)
 
 
 def centralized_steps(model, scenario, images, ids):
@@ -64,7 +52,8 @@ def centralized_steps(model, scenario, images, ids):
   for name, fn in (("plain", update),
                    ("xla", tf.function(update, jit_compile=True, autograph=False))):
     step = step_of(fn)
-    out[name] = (best_of(lambda step=step: step(weights, images, ids, seed)[1].numpy()),
+    out[name] = (benchmark.best_of(lambda step=step: step(weights, images, ids, seed)[1].numpy(),
+                                   warmup=2, repeats=5),
                  float(step(weights, images, ids, seed)[1]))
   return out
 
