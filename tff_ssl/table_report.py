@@ -99,10 +99,11 @@ BASELINE_ROWS = (("raw_pixels", "Raw pixels"),
                  ("random_init", "Encoder at random initialization"))
 
 
-def beats_raw_pixels(records, evaluation_key: str, raw_pixels: float) -> str:
+def beats_raw_pixels(table: Table, records, evaluation_key: str, raw_pixels: float) -> str:
   """One line: how many of an evaluation's pretrained cells beat the raw-pixel baseline."""
+  supervised = {r.key for r in table.rows if r.supervised}
   ours = [r["ours"] for r in records if r["evaluation"] == evaluation_key and r["ours"] is not None
-          and r["row"] != "supervised"]
+          and r["row"] not in supervised]
   above = sum(v > raw_pixels for v in ours)
   return (f"Pretrained cells above the raw-pixel row: {above} of {len(ours)}"
           + (f" (best {fmt(max(ours))} vs {fmt(raw_pixels)})." if ours else "."))
@@ -143,7 +144,7 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
       for key, name in BASELINE_ROWS:
         w(f"| *{name}* | {fmt(baselines[e.key][key])} |" + " |" * (len(table.columns) - 1) + "\n")
       w("\n")
-      w(f"{beats_raw_pixels(records, e.key, baselines[e.key]['raw_pixels'])}\n\n")
+      w(f"{beats_raw_pixels(table, records, e.key, baselines[e.key]['raw_pixels'])}\n\n")
   if not baselines:
     w(f"Linear probe of the encoder at random initialization: {fmt(random_acc)}.\n\n")
   w("## Learning rates\n\n")
