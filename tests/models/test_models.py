@@ -92,6 +92,47 @@ def test_group_norm_makes_outputs_independent_of_the_rest_of_the_batch():
   np.testing.assert_allclose(alone.numpy(), batched.numpy(), atol=1e-5)
 
 
+@pytest.mark.parametrize("shape,groups", [((3, 5, 5, 8), 4), ((3, 4, 4, 6), 6), ((3, 12), 3),
+                                          ((3, 16), 4)])
+def test_group_norm_equals_keras_group_normalization_with_an_unknown_batch(shape, groups):
+  # The layer's own moments (no mask of ones) against Keras' implementation and a NumPy reference,
+  # values and gradients, in a graph whose batch dimension is unknown (as inside a TFF computation).
+  rng = np.random.default_rng(0)
+  x = tf.constant(rng.normal(2.0, 3.0, size=shape).astype(np.float32))
+  ours = models.layers.GroupNormalization(groups=groups, epsilon=1e-5)
+  keras = tf.keras.layers.GroupNormalization(groups=groups, epsilon=1e-5)
+  ours.build(x.shape)
+  keras.build(x.shape)
+  gamma = rng.normal(1.0, 0.5, size=shape[-1]).astype(np.float32)
+  beta = rng.normal(0.0, 0.5, size=shape[-1]).astype(np.float32)
+  for layer in (ours, keras):
+    layer.set_weights([gamma, beta])
+  spec = tf.TensorSpec([None] + list(shape[1:]), tf.float32)
+
+  def value_and_grads(layer):
+    @tf.function(input_signature=[spec])
+    def run(inputs):
+      with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        y = layer(inputs)
+        loss = tf.reduce_sum(tf.sin(y))
+      return y, tape.gradient(loss, [inputs, layer.gamma, layer.beta])
+    return run(x)
+
+  y, grads = value_and_grads(ours)
+  y_keras, grads_keras = value_and_grads(keras)
+  c = shape[-1]
+  grouped = x.numpy().reshape(shape[0], -1, groups, c // groups)
+  mean = grouped.mean(axis=(1, 3), keepdims=True)
+  var = grouped.var(axis=(1, 3), keepdims=True)
+  expected = ((grouped - mean) / np.sqrt(var + 1e-5)).reshape(shape) * gamma + beta
+  np.testing.assert_allclose(y.numpy(), expected, atol=2e-5)
+  np.testing.assert_allclose(y.numpy(), y_keras.numpy(), atol=2e-5)
+  for g, gk in zip(grads, grads_keras):
+    np.testing.assert_allclose(g.numpy(), gk.numpy(), atol=2e-4)
+  assert ours.name.startswith("group_normalization")  # Automatic names as Keras' layer's.
+
+
 def test_ssl_model_projects_images():
   tf.keras.utils.set_random_seed(0)
   m = models.build_ssl_model("resnet14", (16, 16, 1), [32, 32, 16], width=0.5)

@@ -32,7 +32,10 @@ def _held_out_loss(model, images, loss):
     # CCO on 128 held-out images with d = 64 is dominated by the sampling noise of the correlation
     # matrix (it rose on a held-out set here while training converged), so CCO's own objective is
     # checked on the training images; NT-Xent generalizes and is checked on held-out images.
-    ("cco", 20, "train", 0.97),  # Measured 64.9 -> 61.5 (0.948).
+    # CCO's per-step loss on 64-image batches swings by +-10 (70-87), so where the run stops decides
+    # the result: after 20 steps 61.6 or 64.1 for two GroupNorm implementations equal to float
+    # round-off; after 40 steps 59.8 and 59.3 (0.92).
+    ("cco", 40, "train", 0.97),
     ("simclr", 40, "held_out", 0.9),  # Measured 5.54 -> 4.63 (0.836).
 ])
 def test_loss_decreases(synthetic_train, loss, steps, evaluated_on, ratio):
