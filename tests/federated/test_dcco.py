@@ -149,9 +149,11 @@ def test_dcco_type_signatures(model):
   update_sig = process.aggregate_updates.type_signature
   assert update_sig.parameter.aggregate.placement == tff.SERVER
   assert update_sig.result.update.placement == tff.SERVER
+  # The update crosses the TFF boundary as one flat vector of every weight; `compute_update` gives
+  # it back as the model's tensors.
   member = update_sig.result.update.member
-  assert [(t.dtype, t.shape) for t in member] == [(t.dtype, t.shape)
-                                                 for t in common.weights_type(model)]
+  assert member == common.flat_type(model.weight_specs)
+  assert member.shape == (sum(int(np.prod(t.shape)) for t in common.weights_type(model)),)
   # The client's half returns (update, N_k, loss): the weight is the example count.
   client_sig = process.client_update.type_signature
   assert client_sig.result[1] == tff.TensorType(np.float32)
@@ -201,3 +203,20 @@ def test_client_momentum_matters_only_from_the_second_local_step(model):
   assert relative_gap(two_gd, two_m, [w - b for w, b in zip(two_gd, base)]) > 1e-3
   with pytest.raises(ValueError, match="unknown client_optimizer 'adam'"):
     DCCOConfig(client_optimizer="adam")
+
+
+def test_flat_vector_round_trip_and_bad_input():
+  specs = [tf.TensorSpec([2, 3], tf.float32), tf.TensorSpec([4], tf.float32),
+           tf.TensorSpec([], tf.float32)]
+  arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.full(4, 7, np.float32),
+            np.float32(-1.5)]
+  flat = common.flatten([tf.constant(a) for a in arrays]).numpy()
+  assert common.flat_type(specs) == tff.TensorType(np.float32, [11])
+  np.testing.assert_array_equal(flat, [0, 1, 2, 3, 4, 5, 7, 7, 7, 7, -1.5])
+  for got, want in zip(common.unflatten(flat, specs), arrays):
+    np.testing.assert_array_equal(got, want)
+    assert got.shape == np.shape(want)
+  with pytest.raises(ValueError, match="expected a flat vector of 11 entries; got shape \\(10,\\)"):
+    common.unflatten(flat[:10], specs)
+  with pytest.raises(ValueError, match="one dtype"):
+    common.flat_type(specs + [tf.TensorSpec([1], tf.int64)])

@@ -85,7 +85,8 @@ class DCCOProcess(common.ServerLoop):
   reference mode and one group of clients, `grouping.group_input_type`, in grouped mode):
     aggregate_statistics: (<w@SERVER, seed@SERVER, data@CLIENTS> -> <stats>@SERVER)
     aggregate_updates:    (<w@SERVER, seed@SERVER, stats@SERVER, data@CLIENTS>
-                           -> <update=Δ@SERVER, loss@SERVER>)
+                           -> <update=Δ@SERVER, loss@SERVER>)   (Δ one flat vector, `common.flat_type`;
+                                                                 `compute_update` gives it back as tensors)
   In grouped mode (the default, `grouping.Simulation`) a slot returns its clients' N_k-weighted mean
   statistics and update with weight sum N_k; with one local step the group's update is one batched
   pass (exact, see `grouping`), with several a loop over its clients.
@@ -123,7 +124,7 @@ class DCCOProcess(common.ServerLoop):
       if batched:
         v1, v2 = common.views(data, seed, cfg.augment)
         delta, loss = _local_training(model, cfg, weights, v1, v2, aggregate)
-        return delta, common.num_examples(data), loss
+        return common.flatten(delta), common.num_examples(data), loss
 
       def one_client(images, ids, acc):
         v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
@@ -134,7 +135,7 @@ class DCCOProcess(common.ServerLoop):
       sums = grouping.fold_clients(
           data, one_client, ([tf.zeros_like(w) for w in weights], tf.constant(0.0),
                              tf.constant(0.0)))
-      return [s / sums[1] for s in sums[0]], sums[1], sums[2] / sums[1]
+      return common.flatten([s / sums[1] for s in sums[0]]), sums[1], sums[2] / sums[1]
 
     @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
                                tff.FederatedType(common.SEED_TYPE, tff.SERVER),
@@ -168,7 +169,9 @@ class DCCOProcess(common.ServerLoop):
     data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
             else clients)
     stats = self.aggregate_statistics(state.weights, seed, data)
-    return dict(self.aggregate_updates(state.weights, seed, stats, data))
+    out = dict(self.aggregate_updates(state.weights, seed, stats, data))
+    out["update"] = common.unflatten(out["update"], self.model.weight_specs)
+    return out
 
   def next(self, state: common.ServerState, clients: list[dict], *, client_ids=None, store=None):
     """One round: (new server state, metrics). DCCO keeps no client state (`client_ids` and `store`
