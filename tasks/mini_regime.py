@@ -1,14 +1,16 @@
 """Why does centralized CCO stop at ~65% on mini Fashion-MNIST, below a linear classifier on raw pixels?
 
 A study, run as a table of centralized pretraining rows (`bin/reproduce --table=mini_regime`): each
-row changes one thing of the DCCO mini table's centralized CCO (ResNet-14 with a stride-2 stem, global
+row changes one thing of the DCCO mini table's former centralized CCO (ResNet-14 with a stride-2 stem, global
 average pooling to 64 features, projector 512-512-512, lambda = 20, batch 128, Adam 5e-3 with cosine
 decay, crops of at least 20%, 200 steps) and reports the same linear probe (10% of the labels,
 standardized features, LARS 1000 steps), beside the raw-pixel and random-init rows; a longer probe
 (3000 steps) tells whether the probe's budget is what stops it. The centralized contrastive rows
 (SimCLR, projector 128-128-64, temperature 0.1) are the second method the regime must serve.
 
-The README ("Choosing the mini regime") reports the numbers and what was chosen from them.
+The README ("Choosing the mini regime") reports the numbers and what was chosen from them: the
+rows `cco_grid2_lambda2_crop50_3000` and `simclr_grid2_crop50_3000` are the DCCO mini table's
+centralized rows now (`tasks/dcco_table1.py`).
 """
 
 from __future__ import annotations

@@ -109,6 +109,16 @@ def beats_raw_pixels(table: Table, records, evaluation_key: str, raw_pixels: flo
           + (f" (best {fmt(max(ours))} vs {fmt(raw_pixels)})." if ours else "."))
 
 
+def margins_over_raw_pixels(table: Table, records, evaluation_key: str, raw_pixels: float) -> str:
+  """One line: each pooled-data pretraining row (centralized: the bound the federated rows work
+  under) against the raw-pixel row, in points; empty when the table has none."""
+  by = {r["row"]: r["ours"] for r in records
+        if r["evaluation"] == evaluation_key and r["column"] == "" and r["ours"] is not None}
+  parts = [f"{row.name} {fmt(by[row.key])} ({100 * (by[row.key] - raw_pixels):+.1f})"
+           for row in table.rows if not row.federated and not row.supervised and row.key in by]
+  return ("Centralized rows minus raw pixels, points: " + ", ".join(parts) + ".") if parts else ""
+
+
 def _markdown(table: Table, records, choices, random_acc, timing, baselines=None,
               appendix: str = "") -> str:
   out = io.StringIO()
@@ -145,6 +155,9 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
         w(f"| *{name}* | {fmt(baselines[e.key][key])} |" + " |" * (len(table.columns) - 1) + "\n")
       w("\n")
       w(f"{beats_raw_pixels(table, records, e.key, baselines[e.key]['raw_pixels'])}\n\n")
+      margins = margins_over_raw_pixels(table, records, e.key, baselines[e.key]["raw_pixels"])
+      if margins:
+        w(f"{margins}\n\n")
   if not baselines:
     w(f"Linear probe of the encoder at random initialization: {fmt(random_acc)}.\n\n")
   w("## Learning rates\n\n")

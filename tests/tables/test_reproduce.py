@@ -93,6 +93,12 @@ def test_end_to_end_selection_resume_and_failures(tmp_path, monkeypatch):
   assert (f"| *Raw pixels* | {table_report.fmt(base['baselines']['linear_10']['raw_pixels'])} |"
           in md)
   assert md.count("Pretrained cells above the raw-pixel row:") == 2
+  # The centralized row's margin over raw pixels, in points (the mini regime's bar: +3).
+  central = next(r["ours"] for r in result["records"]
+                 if (r["evaluation"], r["row"]) == ("linear_10", "centralized_cco"))
+  raw = base["baselines"]["linear_10"]["raw_pixels"]
+  assert (f"Centralized rows minus raw pixels, points: Centralized CCO "
+          f"{table_report.fmt(central)} ({100 * (central - raw):+.1f})." in md)
 
   # Resume: finished and failed cells are kept; a cell whose results are gone runs again, to the same
   # numbers (a federated cell resumes from its checkpoint: here, its last round).

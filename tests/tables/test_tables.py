@@ -15,7 +15,7 @@ from tff_ssl import reproduce, table_report, tables
 def test_grid_matches_the_paper(scale):
   table = tasks.get_table("dcco_table1", scale)
   assert [r.key for r in table.rows] == ["fedavg_cco", "fedavg_simclr", "dcco", "centralized_cco",
-                                        "supervised"]
+                                        "centralized_simclr", "supervised"]
   assert [c.key for c in table.columns] == ["noniid_1", "noniid_4", "noniid_8", "noniid_16",
                                            "iid_4", "iid_8", "iid_16"]
   # A fixed global batch; every column covers the whole training split.
@@ -29,7 +29,7 @@ def test_grid_matches_the_paper(scale):
   todo, skipped = reproduce.cells(table)
   # Within-client losses with one sample per client are not run (the paper's "–").
   assert set(skipped) == {("fedavg_cco", "noniid_1"), ("fedavg_simclr", "noniid_1")}
-  assert len(todo) == 6 + 6 + 7 + 1 + 2
+  assert len(todo) == 6 + 6 + 7 + 1 + 1 + 2
   # Every cell is a valid run; the same learning-rate candidates for every pretraining row.
   for cell in todo:
     if not cell.row.supervised:
@@ -76,7 +76,8 @@ def test_report_of_hand_made_results(tmp_path):
   table = dcco_table1.mini()
   todo, skipped = reproduce.cells(table)
   results = {}
-  acc = {"fedavg_cco": 0.60, "fedavg_simclr": 0.62, "dcco": 0.70, "centralized_cco": 0.72}
+  acc = {"fedavg_cco": 0.60, "fedavg_simclr": 0.62, "dcco": 0.70, "centralized_cco": 0.72,
+         "centralized_simclr": 0.74}
   for cell in todo:
     if cell.row.supervised:
       results[cell.path] = {"supervised_accuracy": 0.5 if cell.label_fraction == 0.1 else 0.3}
@@ -91,11 +92,14 @@ def test_report_of_hand_made_results(tmp_path):
                       "validation_linear_probe": {"0.005": 0.66, "0.001": 0.68},
                       "pilot_length": 50, "column": "noniid_16", "validation_fraction": 0.1}}
   choices["centralized_cco"] = {**choices["dcco"], "field": "learning_rate", "selected_with": "dcco"}
+  choices["fedavg_simclr"] = {**choices["dcco"], "learning_rate": 5e-3}
+  choices["centralized_simclr"] = {**choices["fedavg_simclr"], "field": "learning_rate",
+                                   "selected_with": "fedavg_simclr"}
   out = table_report.write(table, str(tmp_path), todo, skipped, results, choices, 0.45,
                            {"runs": {"cells/dcco/noniid_1": 600.0}, "invocations": [700.0, 20.0]})
   rows = list(csv.DictReader(open(out["table_csv"])))
   by = {(r["evaluation"], r["row"], r["column"]): r for r in rows}
-  assert len(rows) == 3 * (7 + 7 + 7 + 1 + 1)
+  assert len(rows) == 3 * (7 + 7 + 7 + 1 + 1 + 1)
   assert by[("linear_10", "dcco", "noniid_1")]["ours"] == "70.00"
   assert by[("linear_10", "dcco", "noniid_1")]["paper"] == "51.7"
   assert by[("finetune_10", "dcco", "iid_4")]["ours"] == "75.00"
@@ -109,6 +113,9 @@ def test_report_of_hand_made_results(tmp_path):
   assert "| CCO + FedAvg | — | **failed** (FAILED) | **60.0** (28.7) |" in md
   assert "server_learning_rate = 0.001" in md and "0.005: 66.0, 0.001: 68.0" in md
   assert "| Centralized CCO | learning_rate = 0.001 | DCCO's choice (0.005: 66.0" in md
+  assert "| Centralized contrastive | **74.0** |" in md
+  assert ("| Centralized contrastive | learning_rate = 0.005 | Contrastive + FedAvg's choice"
+          in md)
   lines = table.checks(table, table_report.collect(table, todo, skipped, results))
   assert "non-IID 60,000 / 1 / 128: centralized CCO − DCCO = +2.0 points (within 3)" in lines
   assert ("non-IID 15,000 / 4 / 32: DCCO 70.0 vs CCO + FedAvg failed, Contrastive + FedAvg 62.0 — "
@@ -179,14 +186,17 @@ def test_mini_regime_study_changes_one_thing_per_row():
   assert all(r.method.kind == "centralized" for r in table.rows)
   todo, skipped = reproduce.cells(table)
   assert len(todo) == len(table.rows) and not skipped
-  # The reference row is the DCCO mini table's centralized CCO, at its probe.
+  # The DCCO mini table's centralized rows are the regime the study chose, at its probe.
   dcco_mini = dcco_table1.mini()
-  central = dcco_mini.cell_config(dcco_mini.row("centralized_cco"), None, 5e-3)
-  reference = table.cell_config(table.row("cco"), None)
   fields = ("encoder", "width", "stem_stride", "pool_grid", "projector", "cco_lambda", "steps",
-            "batch_size", "optimizer", "learning_rate", "crop_min_scale", "blur",
+            "batch_size", "optimizer", "learning_rate", "crop_min_scale", "blur", "temperature",
             "eval_label_fraction", "eval_steps", "eval_learning_rate")
-  assert {f: getattr(reference, f) for f in fields} == {f: getattr(central, f) for f in fields}
+  for row, chosen in (("centralized_cco", "cco_grid2_lambda2_crop50_3000"),
+                      ("centralized_simclr", "simclr_grid2_crop50_3000")):
+    central = dcco_mini.cell_config(dcco_mini.row(row), None, 5e-3)
+    study = table.cell_config(table.row(chosen), None)
+    used = [f for f in fields if not (f == "cco_lambda" and central.ssl != "cco")]
+    assert {f: getattr(study, f) for f in used} == {f: getattr(central, f) for f in used}, row
   # Every other row differs from its method's reference only in the fields its entry names.
   for group, ref_key in ((mini_regime._CCO, "cco"), (mini_regime._CONTRASTIVE, "simclr")):  # pylint: disable=protected-access
     ref = table.row(ref_key).config
