@@ -37,7 +37,10 @@ def test_grid_is_the_papers(scale):
         "sgdm", 0.03, 1e-4)
     assert (c.server_optimizer, c.server_learning_rate, c.server_lr_schedule) == (
         "sgd", 1.0, "constant")
-    assert c.encoder == "resnet18" and c.eval_label_fraction == 1.0
+    assert c.eval_label_fraction == 1.0
+    # Paper: ResNet-18; mini: the mini regime's ResNet-14 with grid pooling and milder crops.
+    assert (c.encoder, c.pool_grid, c.crop_min_scale) == (
+        ("resnet18", 1, 0.08) if scale == "paper" else ("resnet14", 2, 0.5))
     if c.ssl == "cco":  # Barlow Twins' lambda 5e-3 in CCO's lambda / (d - 1) form.
       assert c.cco_lambda == pytest.approx(5e-3 * (c.projector[-1] - 1))
   if scale == "paper":
@@ -49,6 +52,11 @@ def test_grid_is_the_papers(scale):
   else:
     c = table.cell_config(table.rows[0], table.columns[0])
     assert c.dataset == "fashion_mnist" and c.rounds == ldawa_table2.MINI_ROUNDS
+    # The regime's amount of training: about its 3000 centralized steps of batch 128.
+    seen = c.split_samples * c.local_steps * c.rounds
+    assert 0.9 * 3000 * 128 <= seen <= 1.1 * 3000 * 128
+    bt = table.cell_config(table.rows[0], table.column("barlow_twins"))
+    assert bt.cco_lambda == pytest.approx(2.555)  # Near the regime's CCO lambda of 2.
 
 
 def test_paper_numbers_are_table_2():
