@@ -205,36 +205,46 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
   timing.setdefault("runs", {}).update(timing.pop("cells", {}))
   timing.setdefault("invocations", [])
   results: dict[str, dict[str, Any]] = {}
-  with progress_lib.bar(plan.total, desc="table", unit="run", enabled=progress) as bar:
-    choices = select_learning_rates(table, output_dir, bar, progress, timing)
-    bar.set_description("random init")
-    base = baselines(table, output_dir)
-    random_acc = base[table.evaluations[0].key]["random_init"]  # A linear probe: the curves' round 0.
-    bar.update(1)
-    num_train = None
-    for cell in todo:
-      bar.set_description(cell.path.removeprefix("cells/"))
-      if cell.row.supervised:
-        if num_train is None:
-          num_train = len(experiment.load_splits(cell.row.config)[0])
-        config = table.supervised_config(cell.row, cell.label_fraction, num_train)
-        kwargs = {}
-      else:
-        lr = choices.get(cell.row.key, {}).get("learning_rate")
-        config = table.cell_config(cell.row, cell.column, lr)
-        kwargs = dict(random_init_baseline=False, evaluate=_evaluations(table, config))
-      results[cell.path], ran = _timed_run(config, output_dir, cell.path, timing,
-                                           progress=progress, **kwargs)
-      if ran:
-        log(f"{cell.path}: {_summary(results[cell.path])} ({timing['runs'][cell.path]:.0f} s)")
-      tf.keras.backend.clear_session()
+  try:
+    with progress_lib.bar(plan.total, desc="table", unit="run", enabled=progress) as bar:
+      choices = select_learning_rates(table, output_dir, bar, progress, timing)
+      bar.set_description("random init")
+      base = baselines(table, output_dir)
+      # A linear probe: the curves' round 0.
+      random_acc = base[table.evaluations[0].key]["random_init"]
       bar.update(1)
-  appendix = table.appendix(table, output_dir) if table.appendix else ""
-  # Wall time of each invocation (a resumed table has several); table.md reports their sum.
-  timing["invocations"].append(round(time.perf_counter() - start, 1))
-  _write_json(timing_path, timing)
+      num_train = None
+      for cell in todo:
+        bar.set_description(cell.path.removeprefix("cells/"))
+        if cell.row.supervised:
+          if num_train is None:
+            num_train = len(experiment.load_splits(cell.row.config)[0])
+          config = table.supervised_config(cell.row, cell.label_fraction, num_train)
+          kwargs = {}
+        else:
+          lr = choices.get(cell.row.key, {}).get("learning_rate")
+          config = table.cell_config(cell.row, cell.column, lr)
+          kwargs = dict(random_init_baseline=False, evaluate=_evaluations(table, config))
+        results[cell.path], ran = _timed_run(config, output_dir, cell.path, timing,
+                                             progress=progress, **kwargs)
+        if ran:
+          log(f"{cell.path}: {_summary(results[cell.path])} ({timing['runs'][cell.path]:.0f} s)")
+        tf.keras.backend.clear_session()
+        bar.update(1)
+    appendix = table.appendix(table, output_dir) if table.appendix else ""
+  except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the time spent counts all the same.
+    _record_invocation(timing, timing_path, start)
+    raise
+  _record_invocation(timing, timing_path, start)
   return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing,
                             base, appendix)
+
+
+def _record_invocation(timing: dict[str, Any], path: str, start: float) -> None:
+  """Appends this invocation's wall time to timing.json: a resumed table has several, and one that
+  takes longer than a session runs in interrupted parts; table.md reports their sum."""
+  timing["invocations"].append(round(time.perf_counter() - start, 1))
+  _write_json(path, timing)
 
 
 def _summary(result: dict[str, Any]) -> str:

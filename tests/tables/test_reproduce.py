@@ -119,6 +119,16 @@ def test_end_to_end_selection_resume_and_failures(tmp_path, monkeypatch):
       if r.key == "centralized_cco" else r for r in table.rows))
   with pytest.raises(ValueError, match="centralized_cco.*run with other settings"):
     reproduce.reproduce(changed, out, progress=False)
+  timing = lambda: json.load(open(os.path.join(out, "timing.json")))["invocations"]  # noqa: E731
+  assert len(timing()) == 2  # A refused invocation is not part of the table's run time ...
+
+  def interrupted(config, output_dir, **kwargs):
+    raise KeyboardInterrupt
+  monkeypatch.setattr(experiment, "run", interrupted)
+  os.remove(os.path.join(out, "cells", "dcco", "iid_4", "results.json"))
+  with pytest.raises(KeyboardInterrupt):
+    reproduce.reproduce(table, out, progress=False)
+  assert len(timing()) == 3 and timing()[-1] > 0  # ... an interrupted one is (sessions end).
 
 
 def test_cells_and_skips():
