@@ -267,7 +267,8 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
 
   best = lambda fn: best_of(fn, warmup=1, repeats=repeats)  # noqa: E731
 
-  stats = process.aggregate_statistics(state.weights, seed, groups)
+  flat = common.flat_weights(state.weights)  # What the process broadcasts (`DCCOProcess`).
+  stats = process.aggregate_statistics(flat, seed, groups)
   weights = [tf.constant(w) for w in state.weights]
   group = groups[0]
 
@@ -282,7 +283,7 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
     return dcco_lib._local_training(model, process.config, w, v1, v2, aggregate)  # pylint: disable=protected-access
 
   aggregate = phase1(weights, group["images"], group["ids"], tf.constant(seed))
-  w_type = common.weights_type(model)
+  w_type = common.flat_type(model.weight_specs)
 
   @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER))
   def round_trip(w):
@@ -290,13 +291,13 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
 
   zero = [np.zeros_like(w) for w in state.weights]
   return {
-      "phase1_tff_s": best(lambda: process.aggregate_statistics(state.weights, seed, groups)),
+      "phase1_tff_s": best(lambda: process.aggregate_statistics(flat, seed, groups)),
       "phase1_tf_function_s": best(lambda: [t.numpy() for t in phase1(
           weights, group["images"], group["ids"], tf.constant(seed))]),
-      "phase2_tff_s": best(lambda: process.aggregate_updates(state.weights, seed, stats, groups)),
+      "phase2_tff_s": best(lambda: process.aggregate_updates(flat, seed, stats, groups)),
       "phase2_tf_function_s": best(lambda: phase2(
           weights, group["images"], group["ids"], tf.constant(seed), aggregate)[1].numpy()),
-      "broadcast_and_mean_only_s": best(lambda: round_trip(state.weights)),
+      "broadcast_and_mean_only_s": best(lambda: round_trip(flat)),
       "server_step_s": best(lambda: process.finish_round(state, zero, 0.0, 1)),
   }
 

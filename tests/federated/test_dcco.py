@@ -106,6 +106,36 @@ def test_one_dcco_round_with_server_adam_equals_one_centralized_adam_step(model,
   assert gap <= 1e-4 * 1e-3 * 10  # 1e-4 of Adam's update scale (lr = 1e-3), allowing eps effects.
 
 
+@pytest.mark.parametrize("name", ["adam", "sgdm"])
+def test_elementwise_server_step_on_one_flat_vector_equals_the_per_tensor_step(model, name):
+  """SGD, momentum and Adam step the trained tensors as one flat vector (`common.Elementwise`): the
+  same weights as the per-tensor step over three rounds, partial training included (frozen tensors
+  untouched); LARS (per-tensor norms) is not flattened."""
+  flat_opt = common.server_optimizer(name, 1e-2, 3, "cosine", model.names)
+  assert isinstance(flat_opt, common.Elementwise)
+  assert not isinstance(common.server_optimizer("lars", 1e-2, 3, "cosine", model.names),
+                        common.Elementwise)
+  n = len(model.weight_specs)
+  mask = common.TensorMask(tuple(i % 3 != 0 for i in range(n)))  # Every third tensor frozen.
+  rng = np.random.default_rng(0)
+  updates = [[rng.normal(size=s.shape).astype(np.float32) for s in mask.select(model.weight_specs)]
+             for _ in range(3)]
+  ends = []
+  for optimizer in (flat_opt, flat_opt.optimizer):
+    loop = common.ServerLoop(model, optimizer, mask=mask)
+    state = loop.initialize()
+    for update in updates:
+      state, _ = loop.finish_round(state, update, 0.0, 1)
+    ends.append(state)
+  flat_state, per_tensor_state = ends
+  assert len(tf.nest.flatten(flat_state.optimizer_state)) < n  # One vector per accumulator.
+  for a, b, w0, trained in zip(flat_state.weights, per_tensor_state.weights, model.initial_weights,
+                               mask.trained):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert trained or np.array_equal(a, w0)
+  assert any(not np.allclose(a, w0) for a, w0 in zip(flat_state.weights, model.initial_weights))
+
+
 def test_fedavg_cco_round_is_not_the_centralized_step(model):
   images, clients = make_clients([2, 3, 4, 7])  # Within-client CCO needs >= 2 images.
   grad = centralized_gradient(model, model.initial_weights, images)
@@ -125,7 +155,8 @@ def test_phase_one_statistics_are_the_unions_statistics(model, union_and_gradien
   process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
                         DCCOConfig(augment=AUGMENT, seed=SEED), simulation)
   data = grouping.pack(clients, 3) if simulation.grouped else clients
-  aggregate = process.aggregate_statistics(model.initial_weights, common.round_seed(SEED, 0), data)
+  aggregate = process.aggregate_statistics(common.flat_weights(model.initial_weights),
+                                           common.round_seed(SEED, 0), data)
 
   @tf.function
   def union_stats(w, x, ids):
@@ -146,6 +177,8 @@ def test_dcco_type_signatures(model):
   assert stats_sig.result.placement == tff.SERVER
   d = model.output_dim
   assert stats_sig.result.member.mean_fg.shape == (d, d)
+  # The weights are broadcast as one flat vector (TFF moves a struct element by element).
+  assert stats_sig.parameter.weights.member == common.flat_type(model.weight_specs)
   update_sig = process.aggregate_updates.type_signature
   assert update_sig.parameter.aggregate.placement == tff.SERVER
   assert update_sig.result.update.placement == tff.SERVER
@@ -168,7 +201,8 @@ def test_fedavg_update_is_the_nk_weighted_mean_of_client_updates(model):
   sig = process.run_round.type_signature
   assert sig.parameter.data.placement == tff.CLIENTS and sig.result.update.placement == tff.SERVER
   seed = common.round_seed(SEED, 0)
-  per_client = [process.client_update(model.initial_weights, seed, c) for c in clients]
+  flat = common.flat_weights(model.initial_weights)  # The broadcast crosses as one vector.
+  per_client = [process.client_update(flat, seed, c) for c in clients]
   want = [(2 * a + 6 * b) / 8 for a, b in zip(per_client[0][0], per_client[1][0])]
   state = process.initialize()
   new_state, _ = process.next(state, clients)
@@ -215,6 +249,10 @@ def test_flat_vector_round_trip_and_bad_input():
   np.testing.assert_array_equal(flat, [0, 1, 2, 3, 4, 5, 7, 7, 7, 7, -1.5])
   for got, want in zip(common.unflatten(flat, specs), arrays):
     np.testing.assert_array_equal(got, want)
+    assert got.shape == np.shape(want)
+  np.testing.assert_array_equal(common.flat_weights(arrays), flat)  # NumPy, as broadcast.
+  for got, want in zip(common.unflatten_tensors(tf.constant(flat), specs), arrays):  # In TF.
+    np.testing.assert_array_equal(got.numpy(), want)
     assert got.shape == np.shape(want)
   with pytest.raises(ValueError, match="expected a flat vector of 11 entries; got shape \\(10,\\)"):
     common.unflatten(flat[:10], specs)

@@ -221,7 +221,8 @@ def test_fedbyol_target_is_the_clients_own_ema_never_the_aggregate():
   state = store.read([0], 2, None)[0]
   assert float(state["rounds"]) == 1.0
   seed = common.round_seed(BYOL.seed, 2)
-  out = process.client_update(server[2].weights, seed, clients_of([0])[0], {"states": state})
+  out = process.client_update(common.flat_weights(server[2].weights), seed, clients_of([0])[0],
+                              {"states": state})
   trained = [w - u for w, u in zip(server[2].weights, out[0])]
   for a, b, w in zip(t2, t0, trained):
     np.testing.assert_allclose(a, 0.9 * b + 0.1 * w, atol=1e-6 * max(1.0, np.abs(a).max()))
@@ -253,7 +254,8 @@ def test_fedmoco_keeps_its_momentum_network_and_queue_across_rounds():
   # The momentum network: t2 = 0.9 t0 + 0.1 (its trained online network of round 2).
   reference = FedAvgSSLProcess(model, SHAPE, SGD, cfg, simulation=Simulation(mode="reference"),
                                client_state=state_lib)
-  out = reference.client_update(server[2].weights, common.round_seed(cfg.seed, 2),
+  out = reference.client_update(common.flat_weights(server[2].weights),
+                                common.round_seed(cfg.seed, 2),
                                 clients_of([0])[0], {"states": before2})
   trained = [w - u for w, u in zip(server[2].weights, out[0])]
   for a, b, w in zip(flat(after2["target"]), flat(after0["target"]), trained):

@@ -242,7 +242,8 @@ def test_one_round_of_loss_weighting_by_hand(model):
                              Simulation(group_size=2))
   reference = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE)
   seed = common.round_seed(SEED, 0)
-  outs = [reference.client_update(model.initial_weights, seed, c) for c in clients]
+  flat = common.flat_weights(model.initial_weights)
+  outs = [reference.client_update(flat, seed, c) for c in clients]
   mean_losses = np.array([o[3] for o in outs], np.float64)
   assert np.ptp(mean_losses) > 0.01  # Unequal losses, so the softmax weights differ.
   w = np.exp(-(mean_losses - mean_losses.min()))

@@ -87,7 +87,7 @@ def test_client_state_survives_rounds_and_only_sampled_clients_change(toy_runs):
   uploads = collections.defaultdict(list)
   for r, ids in enumerate(ROUNDS):
     for c, data in zip(ids, clients_of(ids)):
-      delta = stateless.client_update(server_states[r].weights,
+      delta = stateless.client_update(common.flat_weights(server_states[r].weights),
                                       common.round_seed(CONFIG.seed, r), data)[0]
       uploads[c].append([np.asarray(d) for d in delta])
   for c in range(4):

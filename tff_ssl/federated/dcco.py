@@ -99,7 +99,8 @@ class DCCOProcess(common.ServerLoop):
     super().__init__(model, server_optimizer)
     self.config = config
     self.simulation = simulation
-    w_type = common.weights_type(model)
+    specs = model.weight_specs
+    w_type = common.flat_type(specs)  # The weights cross the TFF boundary as one vector.
     data_type = (grouping.group_input_type(image_shape) if simulation.grouped
                  else common.client_input_type(image_shape))
     d = model.output_dim
@@ -112,6 +113,7 @@ class DCCOProcess(common.ServerLoop):
 
     @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
     def client_statistics(weights, seed, data):
+      weights = common.unflatten_tensors(weights, specs)
       # The statistics are means over images, so a group's N_g-weighted mean over its clients is the
       # statistics of its concatenated images.
       v1, v2 = common.views(data, seed, cfg.augment)
@@ -120,6 +122,7 @@ class DCCOProcess(common.ServerLoop):
 
     @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type)
     def client_update(weights, seed, aggregate, data):
+      weights = common.unflatten_tensors(weights, specs)
       aggregate = _as_statistics(aggregate)
       if batched:
         v1, v2 = common.views(data, seed, cfg.augment)
@@ -168,8 +171,9 @@ class DCCOProcess(common.ServerLoop):
     seed = common.round_seed(self.config.seed, state.round_num)
     data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
             else clients)
-    stats = self.aggregate_statistics(state.weights, seed, data)
-    out = dict(self.aggregate_updates(state.weights, seed, stats, data))
+    weights = common.flat_weights(state.weights)
+    stats = self.aggregate_statistics(weights, seed, data)
+    out = dict(self.aggregate_updates(weights, seed, stats, data))
     out["update"] = common.unflatten(out["update"], self.model.weight_specs)
     return out
 

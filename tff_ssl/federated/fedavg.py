@@ -354,7 +354,8 @@ class FedAvgSSLProcess(common.ServerLoop):
           f"{', prediction' if method.predictor else ''}"
           f"{', encoder features' if config.alignment_weight else ''}); this one has "
           f"{len(model.output_dims)}")
-    w_type = common.weights_type(model)
+    all_specs = model.weight_specs
+    w_type = common.flat_type(all_specs)  # The broadcast crosses the TFF boundary as one vector.
     specs = self.trained_specs
     u_type = common.tensors_type(specs)  # The upload: the trained tensors' Delta_k.
     info_type = aggregators.client_info_type(u_type)
@@ -483,6 +484,7 @@ class FedAvgSSLProcess(common.ServerLoop):
 
     if simulation.grouped:
       def grouped_update(weights, seed, data, round_num, states=None, context=None, ids=None):
+        weights = common.unflatten_tensors(weights, all_specs)
         if batched:
           contribution, loss, n = batched_group_update(weights, seed, data)
           new_states = None
@@ -506,6 +508,7 @@ class FedAvgSSLProcess(common.ServerLoop):
                                 extra["ids"] if ids_type else None)
     else:
       def reference_update(weights, seed, data, state=None, context=None, client_id=None):
+        weights = common.unflatten_tensors(weights, all_specs)
         delta, first_loss, mean_loss, n, new_state = client_round(weights, seed, data, state,
                                                                   context, client_id)
         out = (delta, first_loss, n, mean_loss)
@@ -546,8 +549,8 @@ class FedAvgSSLProcess(common.ServerLoop):
         first_state = 3
       else:
         out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients, data) + extra)
-        trained_at_clients = (weights_at_clients if mask.full
-                              else tff.federated_map(select_trained, weights_at_clients))
+        # The trained tensors as the aggregator's structure (the broadcast is one flat vector).
+        trained_at_clients = tff.federated_map(select_trained, weights_at_clients)
         info = tff.federated_zip(collections.OrderedDict(
             num_examples=out[2], loss=out[3], model=trained_at_clients))
         aggregated = aggregator.next(aggregator_state, out[0], info)
@@ -563,7 +566,7 @@ class FedAvgSSLProcess(common.ServerLoop):
 
     @tff.tensorflow.computation(w_type)
     def select_trained(weights):
-      return mask.select(list(weights))
+      return mask.select(common.unflatten_tensors(weights, all_specs))
 
     server_types = (tff.FederatedType(w_type, tff.SERVER), agg_state_type,
                     tff.FederatedType(common.SEED_TYPE, tff.SERVER))
@@ -616,7 +619,7 @@ class FedAvgSSLProcess(common.ServerLoop):
     seed = common.round_seed(self.config.seed, state.round_num)
     grouped = self.simulation.grouped
     data = grouping.pack(clients, self.simulation.group_size) if grouped else clients
-    args = [state.weights, state.aggregator_state, seed, data]
+    args = [common.flat_weights(state.weights), state.aggregator_state, seed, data]
     if self.client_state is not None:
       args.append(grouping.pack_states(client_states, self.simulation.group_size) if grouped
                   else client_states)
