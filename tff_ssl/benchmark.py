@@ -68,7 +68,14 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("fedavg_cco_128x4", "fedavg", 128, 4),
     Scenario("fedavg_simclr_cross_silo_10x64_e5", "fedavg", 10, 64, local_steps=5,
              baseline="sequential", ssl="simclr"),
+    # The mini DCCO table's rounds (global batch 128; run them with --model=mini, its model): the
+    # small rounds where TFF's fixed cost per round weighs most.
+    Scenario("dcco_128x1", "dcco", 128, 1),
+    Scenario("fedavg_cco_32x4", "fedavg", 32, 4),
 ]}
+# What `bin/benchmark` runs unless told (the mini-table scenarios are for --model=mini).
+DEFAULT_SCENARIOS = ("dcco_512x1", "dcco_128x4", "fedavg_cco_128x4",
+                     "fedavg_simclr_cross_silo_10x64_e5")
 
 FIELDS = ("scenario", "images_per_round", "reference_s", "grouped_s", "baseline", "baseline_s",
           "reference_ratio", "grouped_ratio", "peak_rss_python_mb", "peak_rss_worker_mb")
@@ -94,7 +101,19 @@ def tiny_model(image_shape) -> Callable[[], tf.keras.Model]:
   return build
 
 
-MODELS = {"demo": demo_model, "tiny": tiny_model}
+def mini_model(image_shape) -> Callable[[], tf.keras.Model]:
+  """The mini tables' SSL model (the mini regime, README "Choosing the mini regime"): ResNet-14 with
+  a stride-2 stem and 2 x 2 grid pooling + the DCCO table's 512-512-512 projector."""
+  config = ExperimentConfig(encoder="resnet14", width=1.0, stem_stride=2, pool_grid=2)
+
+  def build():
+    enc = config.build_encoder(image_shape)
+    x = tf.keras.Input(image_shape)
+    return tf.keras.Model(x, models.build_mlp_head(enc.output_shape[-1], (512, 512, 512))(enc(x)))
+  return build
+
+
+MODELS = {"demo": demo_model, "mini": mini_model, "tiny": tiny_model}
 
 
 def _median_time(fn: Callable[[int], None], warmup: int, rounds: int) -> float:

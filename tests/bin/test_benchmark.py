@@ -92,3 +92,16 @@ def test_workers_benchmark_rejects_a_worker_that_does_not_answer(tmp_path):
   assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
   assert f"worker localhost:{port} does not answer" in proc.stderr
   assert not (tmp_path / "w.csv").exists()
+
+
+def test_mini_model_is_the_mini_dcco_tables_model():
+  """`--model=mini` times the DCCO mini table's own model: same tensors, same shapes."""
+  import tasks  # pylint: disable=import-outside-toplevel
+  from tff_ssl import benchmark  # pylint: disable=import-outside-toplevel
+  from tff_ssl.federated.ssl_model import ssl_model_builder  # pylint: disable=import-outside-toplevel
+  table = tasks.get_table("dcco_table1", "mini")
+  config = table.cell_config(table.row("dcco"), table.column("noniid_1"))
+  want = ssl_model_builder(config, (28, 28, 1))()
+  got = benchmark.MODELS["mini"]((28, 28, 1))()
+  assert [tuple(w.shape) for w in got.weights] == [tuple(w.shape) for w in want.weights]
+  assert benchmark.SCENARIOS["dcco_128x1"].clients == config.clients_per_round
