@@ -169,6 +169,23 @@ def test_phase_one_statistics_are_the_unions_statistics(model, union_and_gradien
     np.testing.assert_allclose(aggregate[name], getattr(want, name).numpy(), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", ["reference", "grouped"])
+def test_one_computation_round_equals_the_two_phases(model, union_and_gradient, mode):
+  """On a local worker a round is one computation (`run_round`); across workers, TFF's mergeable
+  execution needs the two phases apart. The same update and loss either way."""
+  _, clients, _ = union_and_gradient
+  simulation = Simulation(mode=mode, group_size=3)
+  process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                        DCCOConfig(augment=AUGMENT, seed=SEED), simulation)
+  data = grouping.pack(clients, 3) if simulation.grouped else clients
+  weights, seed = common.flat_weights(model.initial_weights), common.round_seed(SEED, 0)
+  stats = process.aggregate_statistics(weights, seed, data)
+  two = process.aggregate_updates(weights, seed, stats, data)
+  one = process.run_round(weights, seed, data)
+  np.testing.assert_allclose(one["update"], two["update"], rtol=1e-6, atol=1e-9)
+  assert one["loss"] == pytest.approx(two["loss"], rel=1e-6)
+
+
 def test_dcco_type_signatures(model):
   process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0))
   stats_sig = process.aggregate_statistics.type_signature

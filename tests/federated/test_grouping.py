@@ -212,6 +212,25 @@ def test_every_strategy_is_the_same_in_both_modes(model, name):
     assert gap > 1e-3 * max(np.abs(x).max() for x in want[0][0])
 
 
+def test_grouped_upload_is_flat_unless_an_inner_factory_is_given(model):
+  """A slot's contribution crosses TFF as one flat vector when the strategy's server stage is its
+  own (elementwise) weighted mean; a given inner factory sees the per-tensor value, as in reference
+  mode, and the rounds are the same either way."""
+  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
+                           seed=SEED)
+  inner = tff.aggregators.MeanFactory(value_sum_factory=tff.aggregators.SumFactory())
+  flat = FedAvgSSLProcess(model, SHAPE, SGD, config, aggregators.FedAvgFactory(),
+                          Simulation(group_size=2))
+  per_tensor = FedAvgSSLProcess(model, SHAPE, SGD, config, aggregators.FedAvgFactory(inner=inner),
+                                Simulation(group_size=2))
+  total = sum(int(np.prod(s.shape)) for s in model.weight_specs)
+  assert [t.shape for t in flat.run_round.type_signature.result.update.member] == [(total,)]
+  assert ([tuple(t.shape) for t in per_tensor.run_round.type_signature.result.update.member] ==
+          [tuple(s.shape) for s in model.weight_specs])
+  rounds = rounds_of_clients(FEDAVG_ROUNDS)
+  assert_same_rounds(run_two_rounds(per_tensor, rounds), run_two_rounds(flat, rounds))
+
+
 def test_minibatch_rounds_report_the_clients_first_step_loss(model):
   """Local epochs in minibatches (a tf.while_loop in TFF's graph): the round's loss is the N_k-weighted
   mean of each client's first-step loss, as the same client training computed eagerly gives it, and

@@ -133,6 +133,13 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
     self.measure_divergence = measure_divergence
 
   @property
+  def elementwise_server_stage(self) -> bool:
+    """Whether the server stage treats the value's entries independently (the strategies' own
+    weighted means do; a given `inner` factory may not): the grouped simulation then sends a slot's
+    value as one flat vector."""
+    return not self._inner_given
+
+  @property
   def needs_client_updates(self) -> bool:
     """Whether the per-client stage needs each client's own update (not only N_k and L_k)."""
     return self.transforms_update or self.measure_divergence

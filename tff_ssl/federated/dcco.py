@@ -1,7 +1,8 @@
 """DCCO: Distributed Cross-Correlation Optimization (Vemulapalli et al., 2023, eq. 1-3, Appendix A).
 
-One round, as two federated computations composed in Python (TFF's mergeable multi-worker execution
-rejects an aggregation that depends on another, so each phase is a computation of its own):
+One round is one federated computation (`run_round`) on a local TFF worker; across workers, TFF's
+mergeable execution rejects an aggregation that depends on another, so there the two phases are two
+computations composed in Python (`aggregate_statistics`, `aggregate_updates`; the same values):
 
     SERVER  w, seed_r                                        CLIENTS k = 1..K  (N_k images each)
     ─────────────────────────────────────────────────────────────────────────────────────────────
@@ -33,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import losses
+from tff_ssl import losses, runtime
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
@@ -87,6 +88,9 @@ class DCCOProcess(common.ServerLoop):
     aggregate_updates:    (<w@SERVER, seed@SERVER, stats@SERVER, data@CLIENTS>
                            -> <update=Δ@SERVER, loss@SERVER>)   (Δ one flat vector, `common.flat_type`;
                                                                  `compute_update` gives it back as tensors)
+    run_round:            (<w@SERVER, seed@SERVER, data@CLIENTS> -> <update=Δ@SERVER, loss@SERVER>)
+                           (both phases; what a round on a local worker calls)
+  w crosses as one flat vector too (`common.flat_weights`).
   In grouped mode (the default, `grouping.Simulation`) a slot returns its clients' N_k-weighted mean
   statistics and update with weight sum N_k; with one local step the group's update is one batched
   pass (exact, see `grouping`), with several a loop over its clients.
@@ -159,10 +163,27 @@ class DCCOProcess(common.ServerLoop):
       return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
                                      loss=tff.federated_mean(out[2], weight=out[1]))
 
+    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS))
+    def run_round(weights, seed, data):
+      # Both phases in one computation: the weights and the data cross into TFF's worker once and
+      # the statistics stay there. TFF's multi-worker (mergeable) execution refuses it: there the
+      # runner calls the two phases above.
+      weights_at_clients = tff.federated_broadcast(weights)
+      seed_at_clients = tff.federated_broadcast(seed)
+      out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
+      aggregate = tff.federated_mean(out[0], weight=out[1])
+      out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
+                                              tff.federated_broadcast(aggregate), data))
+      return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
+                                     loss=tff.federated_mean(out[2], weight=out[1]))
+
     self.client_statistics = client_statistics
     self.client_update = client_update
     self.aggregate_statistics = aggregate_statistics
     self.aggregate_updates = aggregate_updates
+    self.run_round = run_round
 
   def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
     """The round's aggregated update Δ and mean client loss, before the server optimizer step."""
@@ -172,8 +193,11 @@ class DCCOProcess(common.ServerLoop):
     data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
             else clients)
     weights = common.flat_weights(state.weights)
-    stats = self.aggregate_statistics(weights, seed, data)
-    out = dict(self.aggregate_updates(weights, seed, stats, data))
+    if runtime.configured_workers():  # Mergeable execution: one aggregation per computation.
+      stats = self.aggregate_statistics(weights, seed, data)
+      out = dict(self.aggregate_updates(weights, seed, stats, data))
+    else:
+      out = dict(self.run_round(weights, seed, data))
     out["update"] = common.unflatten(out["update"], self.model.weight_specs)
     return out
 

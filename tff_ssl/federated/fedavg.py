@@ -392,7 +392,12 @@ class FedAvgSSLProcess(common.ServerLoop):
                          f"inside each client slot, so it needs a tff_ssl.aggregators strategy; got "
                          f"{type(factory).__name__}. Use simulation mode 'reference' for other "
                          f"tff.aggregators factories")
-      aggregator = factory.create_grouped(u_type)
+      # A slot's contribution crosses the TFF boundary as one flat vector where the server stage is
+      # elementwise (every strategy's own weighted mean; not a user's inner factory), as the
+      # broadcast does.
+      flat_upload = factory.elementwise_server_stage
+      aggregator = factory.create_grouped(tff.StructType([common.flat_type(specs)]) if flat_upload
+                                          else u_type)
     else:
       try:
         aggregator = factory.create(u_type, info_type)
@@ -400,6 +405,7 @@ class FedAvgSSLProcess(common.ServerLoop):
         raise ValueError(f"aggregation_factory must weigh clients by their ClientInfo "
                          f"(tff_ssl.aggregators); {type(factory).__name__} failed: {e}") from None
     self._aggregator = aggregator
+    self._flat_upload = simulation.grouped and flat_upload
     agg_state_type = aggregator.initialize.type_signature.result
     batched = (simulation.grouped and simulation.batch_one_step and cfg.local_steps == 1 and
                not cfg.local_batch_size and not factory.needs_client_updates and
@@ -491,6 +497,8 @@ class FedAvgSSLProcess(common.ServerLoop):
         else:
           contribution, loss, n, new_states = looped_group_update(weights, seed, data, round_num,
                                                                   states, context, ids)
+        if flat_upload:
+          contribution = contribution._replace(value=[common.flatten(contribution.value)])
         out = (aggregators.base._as_struct(contribution), loss, n)  # pylint: disable=protected-access
         if new_states is None:
           return out
@@ -634,6 +642,8 @@ class FedAvgSSLProcess(common.ServerLoop):
                      zip(np.cumsum([0] + [len(d["sizes"]) for d in data[:-1]]), data)]
                     if grouped else list(ids))
     out = dict(self.run_round(*args))
+    if self._flat_upload:
+      out["update"] = common.unflatten(np.asarray(out["update"][0]), self.trained_specs)
     if self._reports:
       out["reports"] = {k: np.asarray(v) for k, v in dict(out["reports"]).items()}
     if self.client_state is not None:
