@@ -312,6 +312,9 @@ class FedAvgSSLProcess(common.ServerLoop):
     run_round: (<w@SERVER, aggregator_state@SERVER, seed@SERVER, data@CLIENTS[, state@CLIENTS]>
                 -> <aggregator_state, update, loss, measurements>@SERVER[, new state@CLIENTS])
 
+  w crosses the TFF boundary as one flat vector (`common.flat_weights`); so does a grouped slot's
+  update where the strategy's server stage is elementwise (`compute_update` gives the tensors back).
+
   `aggregation_factory`: a `tff_ssl.aggregators.StrategyFactory` (default FedAvg), whose weight
   argument is each client's `ClientInfo`. In reference mode (one real client per TFF client slot)
   any weighted `tff.aggregators` factory over that weight works, e.g. TFF's
