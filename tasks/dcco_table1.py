@@ -17,7 +17,8 @@ fine-tuning on 10% (Appendix B's protocols).
          mini regime (README, "Choosing the mini regime"; `tasks/mini_regime.py`) where centralized
          CCO and contrastive pretraining beat a linear classifier on raw pixels: 3000 rounds, the last
          4 x 4 feature map average-pooled over a 2 x 2 grid (256 features), crops of at least 50% of
-         the image, CCO's lambda = 2 in every CCO row. About 2.6 hours on 2 CPU cores.
+         the image, CCO's lambda = 2 in every CCO row. About 2 hours on 2 CPU cores
+         (116 min measured, docs/dcco_table1_mini.md).
 """
 
 from __future__ import annotations
