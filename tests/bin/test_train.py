@@ -1,8 +1,6 @@
 """bin/train: a smoke run, its run folder, and one-line errors for bad input."""
 
 import dataclasses
-import importlib.machinery
-import importlib.util
 import json
 import os
 import subprocess
@@ -14,23 +12,13 @@ from absl.testing import flagsaver
 
 from tff_ssl import experiment
 
+from tests.bin import binaries
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "bin", "train")
 
 
-def load_binary():
-  """bin/train as a module, loaded once per process (its absl flags can be defined only once)."""
-  if "bin_train" in sys.modules:
-    return sys.modules["bin_train"]
-  loader = importlib.machinery.SourceFileLoader("bin_train", TRAIN)
-  spec = importlib.util.spec_from_loader("bin_train", loader)
-  module = importlib.util.module_from_spec(spec)
-  loader.exec_module(module)
-  sys.modules["bin_train"] = module
-  return module
-
-
-train = load_binary()
+train = binaries.load_train()
 
 
 def test_every_config_field_is_a_flag():
