@@ -18,7 +18,7 @@ import tensorflow_federated as tff
 from absl import flags
 from absl.testing import flagsaver
 
-from tests.bin import test_train
+from tests.bin import binaries
 from tff_ssl import cli, rundir
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -193,7 +193,7 @@ def test_ctrl_c_stops_cleanly_without_orphan_and_the_rerun_resumes(tmp_path):
 
 
 def test_disk_full_while_writing_metrics_is_one_line_and_resumable(tmp_path, capfd, monkeypatch):
-  train_binary = test_train.load_binary()
+  train_binary = binaries.load_train()
   out = tmp_path / "run"
   flag_args = ["train", f"--output_dir={out}", *TINY]
   real = tff.program.CSVFileReleaseManager.release
