@@ -207,7 +207,10 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
   results: dict[str, dict[str, Any]] = {}
   try:
     with progress_lib.bar(plan.total, desc="table", unit="run", enabled=progress) as bar:
-      choices = select_learning_rates(table, output_dir, bar, progress, timing)
+      # A row whose rate a variant fixed takes no choice, not even one an earlier run left here.
+      chosen = {r.key for r in table.chosen_rows}
+      choices = {k: v for k, v in select_learning_rates(table, output_dir, bar, progress,
+                                                        timing).items() if k in chosen}
       bar.set_description("random init")
       base = baselines(table, output_dir)
       # A linear probe: the curves' round 0.

@@ -251,15 +251,40 @@ class Table:
       if clash:
         raise ValueError(f"column {c.key!r} sets {clash[0]} itself; leave {clash[0]} out of the "
                          f"settings or select other columns")
+    # A set learning rate replaces the pilots of the rows it is the learning rate of, and of the
+    # rows that would take those rows' choice (centralized CCO DCCO's): the variant runs at it.
+    fixed = {r.key: settings[r.lr_field] for r in self.rows if r.lr_field in settings}
+    taken = []
+    for r in self.rows:
+      if r.key not in fixed and r.select_with in fixed:
+        fixed[r.key] = fixed[r.select_with]
+        leader = self.row(r.select_with)
+        taken.append(f"{r.name} takes {leader.name}'s {leader.lr_field}={fixed[r.key]:g} as its "
+                     f"{r.lr_field}, as it would take {leader.name}'s pilots' choice.")
     rows = []
     for r in self.rows:
       try:
-        rows.append(dataclasses.replace(r, config=dataclasses.replace(r.config, **settings)))
+        row = dataclasses.replace(r, config=dataclasses.replace(r.config, **settings))
       except ValueError as e:
         raise ValueError(f"row {r.key!r}: {e}; select the rows the setting applies to") from None
+      if r.key in fixed:
+        row = dataclasses.replace(row, learning_rates=(float(fixed[r.key]),), select_with="")
+      rows.append(row)
     shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k != "data_dir")
     notes = self.notes + ((f"A variant of the table: {shown} in every run.",) if shown else ())
-    return dataclasses.replace(self, rows=tuple(rows), notes=notes)
+    return dataclasses.replace(self, rows=tuple(rows), notes=notes + tuple(taken))
+
+  def variant(self, rows: Sequence[str] | None = None, columns: Sequence[str] | None = None,
+              settings: Mapping[str, Any] | None = None) -> "Table":
+    """`select(rows, columns)` with `settings` changed in every run, in the order that lets a set
+    learning rate stand in for pilots: rows are chosen before the settings (a setting need only
+    apply to the chosen rows), columns after (the pilots' column is needed only if pilots run)."""
+    return self.select(rows).with_settings(settings or {}).select(columns=columns)
+
+  @property
+  def chosen_rows(self) -> tuple[Row, ...]:
+    """Rows whose learning rate comes from pilots: their own, or another row's (`select_with`)."""
+    return tuple(r for r in self.rows if r in self.piloted_rows or r.select_with)
 
   def capped(self, max_rounds: int) -> "Table":
     """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps

@@ -180,6 +180,30 @@ def test_settings_change_every_run_or_fail_loudly():
     tasks.get_table("dcco_table1", "mini").with_settings({"num_clients": 10})
 
 
+def test_a_set_learning_rate_replaces_the_pilots():
+  table = tasks.get_table("dcco_table1", "mini")
+  # DCCO's rate set: no pilots, so the pilots' column need not be chosen; centralized CCO, which
+  # takes DCCO's choice, takes the set rate.
+  v = table.variant(["fedavg_cco", "dcco", "centralized_cco"], ["noniid_1"],
+                    {"server_learning_rate": 0.002, "seed": 1})
+  assert (v.piloted_rows, v.chosen_rows, [c.key for c in v.columns]) == ((), (), ["noniid_1"])
+  for row in v.rows:
+    config = v.cell_config(row, v.columns[0] if row.federated else None)
+    assert (getattr(config, row.lr_field), config.seed) == (0.002, 1), row.key
+  assert v.cell_config(v.row("centralized_cco"), None).learning_rate == 0.002
+  assert v.notes[-2:] == ("A variant of the table: server_learning_rate=0.002, seed=1 in every run.",
+                          "Centralized CCO takes DCCO's server_learning_rate=0.002 as its "
+                          "learning_rate, as it would take DCCO's pilots' choice.")
+  # Another setting leaves the pilots, and their column, as they were.
+  with pytest.raises(ValueError, match="pilots run in column 'noniid_16'; select it too"):
+    table.variant(["dcco"], ["noniid_1"], {"seed": 1})
+  # The centralized rows' field fixes them alone: the federated rows still run pilots.
+  v = table.variant(settings={"learning_rate": 0.002})
+  assert [r.key for r in v.chosen_rows] == ["fedavg_cco", "fedavg_simclr", "dcco"]
+  assert v.cell_config(v.row("centralized_simclr"), None).learning_rate == 0.002
+  assert table.variant() == table
+
+
 def test_mini_regime_study_changes_one_thing_per_row():
   from tasks import mini_regime  # pylint: disable=g-import-not-at-top
   table = tasks.get_table("mini_regime", "mini")
