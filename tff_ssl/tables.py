@@ -284,7 +284,7 @@ class Table:
   @property
   def chosen_rows(self) -> tuple[Row, ...]:
     """Rows whose learning rate comes from pilots: their own, or another row's (`select_with`)."""
-    return tuple(r for r in self.rows if r in self.piloted_rows or r.select_with)
+    return tuple(r for r in self.rows if len(r.learning_rates) > 1)
 
   def capped(self, max_rounds: int) -> "Table":
     """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps
