@@ -50,6 +50,9 @@ def main(argv) -> int:
       raise ValueError(f"{run_dir} is a {config.method} run; weight norms per round need a "
                        f"federated run")
     train, _ = experiment.load_splits(config)
+    # bin/train's context (TFF's static Grappler pass as TFF_SSL_STATIC_GRAPH_OPTIMIZATION says):
+    # the same graphs, so the same losses up to the float round-off of another process.
+    runtime.configure_context()
     for r, model, weights, metrics in runner.trajectory(config, train, int(rounds)):
       delta = (metrics.get("aggregation") or {}).get("model_delta")
       ratios = norm_ratios(model.names, model.initial_weights, weights)

@@ -14,6 +14,7 @@ from absl.testing import flagsaver
 
 from tff_ssl import cli
 
+from tests import spread
 from tests.bin import binaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -101,10 +102,12 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
   proc = train(reference, "--clients_per_round=16", "--simulation=reference")
   assert proc.returncode == 0, proc.stderr[-3000:]
   # Batched and per-client passes sum in other orders (round 0: 4e-5 apart); on this smoke config,
-  # whose loss is not yet falling, server Adam amplifies that to 1e-3 by round 2.
+  # whose loss is not yet falling, server Adam amplifies that by round 1. Largest relative gap seen
+  # (tools/spread_report.py; BUILD-notes, "Numbers across CPUs"): 2.7e-5 in round 0, 3.0e-4 in
+  # round 1, in four oneDNN set-ups: a bound of 10 times that.
   assert len(losses_of(reference)) == 4
-  for a, b in zip(losses[:2], losses_of(reference)[:2]):
-    assert abs(a - b) <= 1e-3 * abs(b)
+  for r, (a, b) in enumerate(zip(losses[:2], losses_of(reference)[:2])):
+    spread.within(f"bin/train grouped vs reference, loss of round {r}", abs(a - b) / abs(b), 3e-3)
 
   # tools/weight_norms.py replays the run's config (writing nothing): the same losses.
   proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "weight_norms.py"), str(full),
@@ -115,7 +118,14 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
   for r, line in enumerate(lines):
     head, conv, dense = re.fullmatch(r"(.*), conv kernel norm / initial ([\d.]+), dense kernel "
                                      r"norm / initial ([\d.]+)", line).groups()
-    assert head == f"round {r}: loss {losses[r]:.2f}"  # DCCO reports no model_delta.
+    # DCCO reports no model_delta. The replay is another process tracing the same computations:
+    # largest relative gap seen 0 in four oneDNN set-ups, now that the tool configures
+    # bin/train's context (before, it kept TFF's static Grappler pass, and an AVX2-only CPU saw
+    # 59.35 against 59.44). The printed loss has two decimals.
+    assert head.startswith(f"round {r}: loss "), head
+    replayed = float(head.removeprefix(f"round {r}: loss "))
+    spread.within(f"tools/weight_norms.py replay vs bin/train, loss of round {r}",
+                  max(0.0, abs(replayed - losses[r]) - 0.005) / abs(losses[r]), 1e-3)
     assert float(conv) > 0 and float(dense) > 0
 
   killed = tmp_path / "killed"

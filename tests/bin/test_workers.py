@@ -14,6 +14,7 @@ import psutil
 import pytest
 
 from tff_ssl import cli, runtime
+from tests import spread
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "bin", "train")
@@ -75,9 +76,13 @@ def _same_run(local, remote, rtol):
   a = (local / "metrics.csv").read_text().splitlines()
   b = (remote / "metrics.csv").read_text().splitlines()
   assert a[0] == b[0] and len(a) == len(b)
+  header = a[0].split(",")
   for x, y in zip(a[1:], b[1:]):
-    for u, v in zip(x.split(","), y.split(",")):
-      assert (u == v == "") or abs(float(u) - float(v)) <= rtol * max(1.0, abs(float(u))), (x, y)
+    for name, u, v in zip(header, x.split(","), y.split(",")):
+      assert (u == "") == (v == ""), (x, y)
+      if u:
+        spread.within(f"two workers vs local, {name} of round {x.split(',')[0]}",
+                      abs(float(u) - float(v)) / max(1.0, abs(float(u))), rtol)
 
 
 # Workers sum their slots' partial aggregates, then TFF merges them: another summation order than one

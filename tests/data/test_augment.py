@@ -6,6 +6,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl.data import AugmentConfig, two_views
+from tests import spread
 
 OFF = AugmentConfig(crop=False, flip=False, color_jitter=False, grayscale=False, blur=False,
                     solarize=False)
@@ -39,8 +40,11 @@ def test_an_examples_views_depend_only_on_seed_and_its_id():
   x = images(n=10, channels=3)
   full = two_views(x, [1, 2], example_ids=tf.range(100, 110))
   part = two_views(x[4:7], [1, 2], example_ids=tf.range(104, 107))
-  np.testing.assert_allclose(part[0], full[0][4:7], atol=1e-6)
-  np.testing.assert_allclose(part[1], full[1][4:7], atol=1e-6)
+  # A batch of 3 against a batch of 10 (pixels in [0, 1]): largest gap seen 8.9e-7
+  # (the same in the four oneDNN set-ups of BUILD-notes, "Numbers across CPUs").
+  for view in (0, 1):
+    spread.within(f"view {view}, batch of 3 vs batch of 10",
+                  spread.relative_gap(part[view], full[view][4:7], 1.0), 1e-5)
 
 
 def test_same_views_in_tf_function_and_inside_a_tff_computation():

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tff_ssl import evaluation, models
 from tff_ssl.evaluation import FineTuneConfig, LinearProbeConfig
+from tests import spread
 
 
 def test_labeled_subset_is_stratified_and_seeded():
@@ -69,9 +70,14 @@ def test_linear_probe_on_pixels_of_synthetic_images(synthetic_train, synthetic_t
   x = synthetic_train.images[idx].reshape(len(idx), -1).astype(np.float32) / 255
   t = synthetic_test.images.reshape(len(synthetic_test.images), -1).astype(np.float32) / 255
   mean, std = x.mean(0), x.std(0) + 1e-6
-  assert acc == evaluation.train_linear_classifier(
+  # The same classifier on features computed in NumPy, not in the probe's TensorFlow graph: the
+  # features agree to round-off, so at most one of the 200 test predictions may flip (0 in
+  # the four oneDNN set-ups of BUILD-notes, "Numbers across CPUs").
+  numpy_acc = evaluation.train_linear_classifier(
       (x - mean) / std, synthetic_train.labels[idx], (t - mean) / std, synthetic_test.labels, 10,
       config)
+  spread.within("raw-pixel probe, TF features vs NumPy features", abs(acc - numpy_acc),
+                1 / len(synthetic_test.images))
 
 
 def test_fine_tune_learns_and_leaves_the_original_encoder_untouched(synthetic_train,

@@ -40,7 +40,7 @@ def compare(make_process, rounds, targets):
   want = run_two_rounds(make_process(), rounds, record=states)
   with across(targets):
     got = run_two_rounds(make_process(), rounds, states=states)
-  assert_same_rounds(got, want)
+  assert_same_rounds(got, want, "two workers vs the local worker")
 
 
 @pytest.mark.parametrize("name", sorted(aggregators.AGGREGATORS))

@@ -16,6 +16,7 @@ from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
+from tests import spread
 
 SHAPE = (12, 12, 1)
 AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
@@ -182,8 +183,12 @@ def test_one_computation_round_equals_the_two_phases(model, union_and_gradient, 
   stats = process.aggregate_statistics(weights, seed, data)
   two = process.aggregate_updates(weights, seed, stats, data)
   one = process.run_round(weights, seed, data)
-  np.testing.assert_allclose(one["update"], two["update"], rtol=1e-6, atol=1e-9)
-  assert one["loss"] == pytest.approx(two["loss"], rel=1e-6)
+  # One compiled computation against two, the statistics passing through Python between them:
+  # 0 in four oneDNN set-ups (the client bodies are the same graphs).
+  spread.within(f"{mode}: one-computation round vs two phases, update",
+                spread.relative_gap(one["update"], two["update"]), 1e-5)
+  spread.within(f"{mode}: one-computation round vs two phases, loss",
+                spread.relative_gap(one["loss"], two["loss"]), 1e-5)
 
 
 def test_dcco_type_signatures(model):

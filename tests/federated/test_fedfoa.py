@@ -13,6 +13,7 @@ from tff_ssl.federated import client_state, common, fedfoa, fedssl, heterogeneou
 from tff_ssl.federated.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
+from tests import spread
 from tests.federated.test_fedssl import BYOL, SGD, byol_model
 from tests.federated.test_round_anatomy import SHAPE, clients_of
 
@@ -88,8 +89,11 @@ def test_bank_warmup_and_partners_never_the_client_itself(runs):
 
 def test_same_rounds_in_both_simulation_modes(runs):
   (ref, ref_m), (grp, grp_m) = runs["reference"], runs["grouped"]
-  for a, b in zip(ref[-1].weights, grp[-1].weights):
-    np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, np.abs(a).max()))
+  # Three rounds apart, not re-anchored: largest relative gap seen 0 (four oneDNN
+  # set-ups).
+  spread.within("FedFoA weights after 3 rounds, grouped vs reference",
+                spread.relative_gap(grp[-1].weights, ref[-1].weights,
+                                    max(1.0, max(np.abs(a).max() for a in ref[-1].weights))), 1e-5)
   assert ref[-1].method_state["ids"].tolist() == grp[-1].method_state["ids"].tolist()
   np.testing.assert_allclose(ref[-1].method_state["r"], grp[-1].method_state["r"], rtol=1e-4,
                              atol=1e-5)
@@ -101,10 +105,13 @@ def test_same_rounds_in_both_simulation_modes(runs):
 def test_the_term_changes_training_only_after_the_warmup(runs):
   base, _ = run(process_of(Simulation(group_size=2), fc=None))
   foa, _ = runs["grouped"]
-  for a, b in zip(base[1].weights, foa[1].weights):  # Warm-up round: the base method exactly.
-    np.testing.assert_array_equal(a, b)
-  gap = max(np.abs(a - b).max() for a, b in zip(base[2].weights, foa[2].weights))
-  assert gap > 1e-6
+  # Warm-up round: the base method, up to the round-off of another graph (FedFoA's adds the term's
+  # ops beside the same loss): largest relative gap seen 0 (four oneDNN set-ups). After it, the term moves
+  # the weights far more than that.
+  bound = 1e-5
+  spread.within("warm-up round, FedFoA vs the base method",
+                spread.relative_gap(foa[1].weights, base[1].weights), bound)
+  assert spread.relative_gap(foa[2].weights, base[2].weights) > 100 * bound
 
 
 def test_clients_upload_their_update_and_r_only(runs):
@@ -181,12 +188,13 @@ def test_heterogeneous_same_rounds_in_both_simulation_modes_and_alone_until_the_
   for cid in range(4):
     for a, b in zip(ref.read([cid], 2, None)[0]["online"], grp.read([cid], 2, None)[0]["online"]):
       np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, np.abs(a).max()))
-    # Round 0 is the warm-up: FedFoA's clients trained exactly as alone.
-    for a, b in zip(alone.read([cid], 1, None)[0]["online"], grp.read([cid], 1, None)[0]["online"]):
-      np.testing.assert_array_equal(a, b)
-  gap = max(np.abs(a - b).max() for a, b in zip(alone.read([0], 2, None)[0]["online"],
-                                                  grp.read([0], 2, None)[0]["online"]))
-  assert gap > 1e-6
+    # Round 0 is the warm-up: FedFoA's clients trained as alone, up to the round-off of another
+    # graph and simulation mode (largest relative gap seen 0, four oneDNN set-ups).
+    spread.within("warm-up round, heterogeneous FedFoA vs alone",
+                  spread.relative_gap(grp.read([cid], 1, None)[0]["online"],
+                                      alone.read([cid], 1, None)[0]["online"]), 1e-5)
+  assert spread.relative_gap(grp.read([0], 2, None)[0]["online"],
+                             alone.read([0], 2, None)[0]["online"]) > 1e-3
 
 
 def test_heterogeneous_type_signatures_show_no_weights_leave_a_client():

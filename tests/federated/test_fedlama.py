@@ -16,6 +16,7 @@ from tff_ssl.federated import client_state, common, fedlama
 from tff_ssl.federated.fedavg import FedAvgSSLConfig
 from tff_ssl.federated.grouping import Simulation
 from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of, resnet
+from tests import spread
 
 # --- The choice of relaxed layers, by hand -----------------------------------------------------------
 
@@ -159,9 +160,11 @@ def test_a_relaxed_layer_trains_on_from_the_clients_own_copy(runs):
 
 def test_both_simulation_modes_give_the_same_rounds(runs):
   (_, ref, ref_store, _), (_, grp, grp_store, _) = runs["reference"], runs["grouped"]
-  scale = max(np.abs(w).max() for w in ref[-1].weights)
-  for a, b in zip(ref[-1].weights, grp[-1].weights):
-    np.testing.assert_allclose(a, b, atol=1e-5 * scale)
+  # Four rounds apart, not re-anchored: largest relative gap seen 1.6e-7 (four oneDNN
+  # set-ups). The
+  # intervals are decisions on the clients' discrepancies, taken far from their thresholds here.
+  spread.within("FedLAMA weights after 4 rounds, grouped vs reference",
+                spread.relative_gap(grp[-1].weights, ref[-1].weights), 1e-5)
   np.testing.assert_array_equal(ref[-1].method_state["interval"], grp[-1].method_state["interval"])
   for c in SIZES:
     for a, b in zip(ref_store.read([c], ROUNDS, None)[0]["own"],

@@ -15,6 +15,7 @@ from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of, resnet
+from tests import spread
 
 # --- FedEMA's start of a round, by hand -------------------------------------------------------------
 
@@ -258,5 +259,10 @@ def test_fedmoco_keeps_its_momentum_network_and_queue_across_rounds():
                                 common.round_seed(cfg.seed, 2),
                                 clients_of([0])[0], {"states": before2})
   trained = [w - u for w, u in zip(server[2].weights, out[0])]
-  for a, b, w in zip(flat(after2["target"]), flat(after0["target"]), trained):
-    np.testing.assert_allclose(a, 0.9 * b + 0.1 * w, atol=1e-6 * max(1.0, np.abs(a).max()))
+  # The stored target comes from a grouped run, `trained` from the reference client's update:
+  # largest gap seen 0 in four oneDNN set-ups, relative to max(1, the largest weight).
+  target = flat(after2["target"])
+  spread.within("FedMoCo momentum network, grouped store vs reference client update",
+                spread.relative_gap(target, [0.9 * b + 0.1 * w for b, w in
+                                             zip(flat(after0["target"]), trained)],
+                                    max(1.0, max(np.abs(a).max() for a in target))), 1e-5)

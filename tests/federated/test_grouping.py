@@ -28,6 +28,7 @@ from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
+from tests import spread
 
 SHAPE = (12, 12, 1)
 AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
@@ -120,15 +121,18 @@ def run_two_rounds(process, rounds, states=None, record=None):
   return updates, losses
 
 
-def assert_same_rounds(got, want):
-  """Per round: max |Δ| between the aggregated updates <= 1e-4 · max |update|; losses to 1e-4."""
+def assert_same_rounds(got, want, what="grouped vs reference"):
+  """Per round: max |Δ| between the aggregated updates <= 1e-4 · max |update|; losses to 1e-4
+  relative. Largest gaps seen over this file's and
+  test_across_workers' comparisons in the four oneDNN set-ups of BUILD-notes ("Numbers across CPUs"):
+  updates 2.9e-5 (DCCO and CCO with one-image clients; the set-up changes the third digit), losses
+  2.3e-6."""
   (got_u, got_l), (want_u, want_l) = got, want
   for r, (g, w) in enumerate(zip(got_u, want_u)):
-    scale = max(np.abs(x).max() for x in w)
-    gap = max(np.abs(a - b).max() for a, b in zip(g, w))
-    assert scale > 0
-    assert gap <= 1e-4 * scale, f"round {r}: gap {gap:.3g} vs update {scale:.3g}"
-  np.testing.assert_allclose(got_l, want_l, rtol=1e-4)
+    assert max(np.abs(x).max() for x in w) > 0
+    spread.within(f"{what}: update of round {r}", spread.relative_gap(g, w), 1e-4)
+  for r, (g, w) in enumerate(zip(got_l, want_l)):
+    spread.within(f"{what}: loss of round {r}", spread.relative_gap(g, w), 1e-4)
 
 
 SGD = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
@@ -228,7 +232,8 @@ def test_grouped_upload_is_flat_unless_an_inner_factory_is_given(model):
   assert ([tuple(t.shape) for t in per_tensor.run_round.type_signature.result.update.member] ==
           [tuple(s.shape) for s in model.weight_specs])
   rounds = rounds_of_clients(FEDAVG_ROUNDS)
-  assert_same_rounds(run_two_rounds(per_tensor, rounds), run_two_rounds(flat, rounds))
+  assert_same_rounds(run_two_rounds(per_tensor, rounds), run_two_rounds(flat, rounds),
+                     "per-tensor vs flat upload")
 
 
 def test_minibatch_rounds_report_the_clients_first_step_loss(model):
@@ -247,7 +252,10 @@ def test_minibatch_rounds_report_the_clients_first_step_loss(model):
       {"images": tf.constant(c["images"]), "ids": tf.constant(c["ids"])})[1]) for c in clients]
   sizes = [len(c["ids"]) for c in clients]
   assert min(firsts) > 0
-  np.testing.assert_allclose(out["loss"], np.average(firsts, weights=sizes), rtol=1e-5)
+  # The TFF worker against in-process TensorFlow: largest relative gap seen 7.7e-8 (four
+  # oneDNN set-ups).
+  spread.within("first-step loss, TFF worker vs in-process local_training",
+                spread.relative_gap(out["loss"], np.average(firsts, weights=sizes)), 1e-5)
   grouped = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(group_size=2))
   assert_same_rounds(run_two_rounds(grouped, [clients]), run_two_rounds(process, [clients]))
 
@@ -270,9 +278,12 @@ def test_one_round_of_loss_weighting_by_hand(model):
   state = process.initialize()
   new_state, metrics = process.next(state, clients)
   got = [a - b for a, b in zip(state.weights, new_state.weights)]
-  scale = max(np.abs(x).max() for x in want)
-  assert max(np.abs(a - b).max() for a, b in zip(got, want)) <= 1e-4 * scale
-  assert metrics["aggregation"]["max_weight"] == pytest.approx(w.max() / w.sum(), rel=1e-5)
+  # Grouped TFF round against the reference clients' updates weighted in NumPy: largest gaps seen
+  # 1.1e-6 (update) and 1.1e-7 (max weight) in four oneDNN set-ups (the weight's relative error is
+  # about the losses' absolute error).
+  spread.within("loss weighting by hand: update", spread.relative_gap(got, want), 1e-5)
+  spread.within("loss weighting by hand: max weight",
+                spread.relative_gap(metrics["aggregation"]["max_weight"], w.max() / w.sum()), 1e-5)
   assert metrics["aggregation"]["clients"] == 3
 
 

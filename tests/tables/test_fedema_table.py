@@ -2,7 +2,6 @@
 the paper scale runs 2 rounds on mock CIFAR-10."""
 
 import csv
-import dataclasses
 import json
 import os
 
@@ -11,6 +10,7 @@ import pytest
 import tasks
 from tasks import fedema_table3
 from tff_ssl import reproduce
+from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
 
 
@@ -68,36 +68,47 @@ def test_checks_are_the_papers_orderings():
       "Fashion-MNIST 2 of 10 classes: FedBYOL 70.0 is at least FedSimSiam 60.0 (+10.0 points)"]
 
 
-ROW_KEYS = [key for key, _, _ in fedema_table3.ROWS]
-
-
-@pytest.mark.parametrize("row_key", ROW_KEYS)  # One test a row: pytest-xdist spreads them.
-def test_paper_scale_runs_two_rounds_of_every_row(tmp_path, row_key):
-  """Paper scale (full-width ResNet-18, 4096-256 heads) on mock CIFAR-10: each row, 2 rounds of one
-  local epoch, 2 clients of 8 images (the paper's 5 x 10,000 do not fit the mock data or the suite's
-  time: a client's state is two ResNet-18s with their heads, 131 MB, sent to TFF's worker and back
-  every round)."""
-  table = fedema_table3.paper().capped(2)
-  table = dataclasses.replace(
-      table, columns=(table.column("cifar10"),), selection_column="cifar10",
-      rows=tuple(dataclasses.replace(r, config=dataclasses.replace(
-          r.config, local_steps=1, samples_per_client=8, local_batch_size=8, num_clients=2,
-          clients_per_round=2)) for r in table.rows if r.key == row_key))
+def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path):
+  """Each row's paper settings; then every row through `reproduce` for 2 rounds of one local epoch,
+  2 clients of 8 mock images, the model shrunk (tests/tables/paper_smoke.py), in one table."""
+  paper = fedema_table3.paper().select(columns=["cifar10"])
+  for row in paper.rows:
+    c = paper.cell_config(row, paper.column("cifar10"))
+    assert (c.dataset, c.encoder, c.width, c.projector, c.rounds, c.local_steps,
+            c.local_batch_size, c.num_clients, c.clients_per_round) == (
+                "cifar10", "resnet18", 1.0, (4096, 256), 100, 5, 128, 5, 5)
+  table = paper_smoke.smoke(paper, local_steps=1, samples_per_client=8, local_batch_size=8,
+                            num_clients=2, clients_per_round=2)
   out = str(tmp_path / "paper")
-  with mock_cifar(10, 60, 40):
+  with mock_cifar(10, 60, 40, size=paper_smoke.SMOKE_IMAGE_SIZE):
     result = reproduce.reproduce(table, out, progress=False)
-  [row] = table.rows
-  run = os.path.join(out, "cells", row.key, "cifar10")
-  hp = json.load(open(os.path.join(run, "hparams.json")))
-  assert (hp["dataset"], hp["encoder"], hp["width"], hp["rounds"], hp["projector"]) == (
-      "cifar10", "resnet18", 1.0, 2, [4096, 256])
-  assert hp["method"] == row.config.method and hp["ssl"] == row.config.ssl
-  with open(os.path.join(run, "metrics.csv")) as f:
-    losses = [float(r["loss"]) for r in csv.DictReader(f)]
-  assert len(losses) == 2 and all(x == x for x in losses)  # Not NaN.
-  assert os.path.isdir(os.path.join(run, "client_states")) == (row.config.method != "fedavg")
+  for row in table.rows:
+    run = os.path.join(out, "cells", row.key, "cifar10")
+    hp = json.load(open(os.path.join(run, "hparams.json")))
+    assert (hp["dataset"], hp["encoder"], hp["rounds"]) == ("cifar10", "resnet18", 2)
+    assert hp["method"] == row.config.method and hp["ssl"] == row.config.ssl
+    with open(os.path.join(run, "metrics.csv")) as f:
+      losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 2 and all(x == x for x in losses)  # Not NaN.
+    assert os.path.isdir(os.path.join(run, "client_states")) == (row.config.method != "fedavg")
   rows = list(csv.DictReader(open(result["table_csv"])))
   ours = [r for r in rows if r["status"] == "ok"]
-  assert len(ours) == 2 and all(0 <= float(r["ours"]) <= 100 for r in ours)
+  assert len(ours) == 2 * len(table.rows) and all(0 <= float(r["ours"]) <= 100 for r in ours)
   md = open(result["table_md"]).read()
   assert "kNN monitor" in md and md.count("| *Raw pixels* |") == 2
+
+
+def test_paper_size_model_and_types():
+  """FedEMA's row at paper size, built and not trained: ResNet-18 with BYOL's 4096 -> 256 heads, and
+  the round's TFF types (each client's online and target networks in its state)."""
+  table = fedema_table3.paper()
+  config = table.cell_config(table.row("fedema_tau"), table.column("cifar10"))
+  model, params, process = paper_smoke.paper_model(config, (32, 32, 3))
+  assert params == (paper_smoke.RESNET18_PARAMS + paper_smoke.head_params(512, (4096, 256))
+                    + paper_smoke.head_params(256, (4096, 256)))
+  sig = process.run_round.type_signature.parameter
+  assert str(sig.weights) == f"float32[{params}]@SERVER"
+  assert str(sig.data) == "{<images=uint8[?,32,32,3],ids=int64[?]>}@CLIENTS"
+  state = sig.states.member
+  for network in ("online", "target"):
+    assert [tuple(t.shape) for t in state[network]] == [w.shape for w in model.initial_weights]

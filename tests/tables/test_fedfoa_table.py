@@ -2,17 +2,19 @@
 2 rounds of every row (full-width ResNet-18 / the four heterogeneous architectures, projection 256, on
 mock CIFAR-10), the checks are the paper's claim, and the appendix lays out each architecture."""
 
+import csv
 import dataclasses
 import json
 import os
 
 import numpy as np
 import pytest
+import tensorflow_federated as tff
 
 import tasks
 from tasks import fedfoa_table
-from tff_ssl import experiment, reproduce
-from tff_ssl.federated import runner
+from tff_ssl import reproduce
+from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
 
 ROW_KEYS = [k for k, _, _ in fedfoa_table.HOMOGENEOUS + fedfoa_table.HETEROGENEOUS]
@@ -65,31 +67,78 @@ def test_checks_are_the_papers_claim():
       "(+5.0 points)"]
 
 
-@pytest.mark.parametrize("row_key", ROW_KEYS)  # One test a row: pytest-xdist spreads them.
-def test_paper_scale_runs_two_rounds(row_key):
-  """The paper-scale row built and run for 2 rounds of one local epoch on mock CIFAR-10, one client a
-  round. FedFoA factorizes a batch's 256-dimensional projections, so its clients hold 256 images
-  (the paper's batch 500 takes them whole); the others 8 (the paper's 10,000 do not fit the suite)."""
+def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path):
+  """Each row's paper settings; then every row through `reproduce` for 2 rounds of one local epoch
+  on 16 mock images a client, the model shrunk (tests/tables/paper_smoke.py), FedFoA's warm-up cut
+  to 1 round so that the term trains in round 2; the heterogeneous appendix."""
+  paper = fedfoa_table.paper().select(columns=["cifar10"])
+  for row in paper.rows:
+    c = paper.cell_config(row, paper.column("cifar10"))
+    hetero = c.method == "heterogeneous"
+    assert (c.dataset, c.rounds, c.local_steps, c.local_batch_size, c.num_clients) == (
+        "cifar10", 100, 5, 500, 4 if hetero else 5)
+    assert (c.architectures, c.projector) == ((("resnet18", "vgg9", "alexnet", "resnet34"), (256,))
+                                              if hetero else (c.architectures, (4096, 256)))
+    assert c.encoder == "resnet18" and c.width == 1.0 and c.fedfoa_warmup == 5
+  table = paper_smoke.smoke(paper, local_steps=1, samples_per_client=16, local_batch_size=16)
+  table = dataclasses.replace(table, rows=tuple(
+      dataclasses.replace(r, config=dataclasses.replace(r.config, fedfoa_warmup=1))
+      if r.config.fedfoa else r for r in table.rows))
+  out = str(tmp_path / "paper")
+  with mock_cifar(10, 100, 20, size=paper_smoke.SMOKE_IMAGE_SIZE):
+    result = reproduce.reproduce(table, out, progress=False)
+  for row in table.rows:
+    run = os.path.join(out, "cells", row.key, "cifar10")
+    with open(os.path.join(run, "metrics.csv")) as f:
+      losses = [float(r["loss"]) for r in csv.DictReader(f)]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    if row.config.fedfoa:  # Round 2 aligned each client to the bank's other entries.
+      with open(os.path.join(run, "aggregation.csv")) as f:
+        agg = list(csv.DictReader(f))
+      assert float(agg[0]["fedfoa_partners"]) == 0 and float(agg[1]["fedfoa_partners"]) > 0
+      assert float(agg[1]["fedfoa_trace"]) > 0
+    if row.config.method == "heterogeneous":
+      each = json.load(open(os.path.join(run, "results.json")))[
+          "linear_probe_accuracy_pretrained_each"]
+      assert sorted(each) == sorted(row.config.architectures)
+  ours = [r for r in csv.DictReader(open(result["table_csv"])) if r["status"] == "ok"]
+  assert len(ours) == 2 * len(table.rows)
+  md = open(result["table_md"]).read()
+  assert "## Heterogeneous clients, each architecture" in md and "| random init |" in md
+
+
+def test_paper_size_models_and_types():
+  """The heterogeneous FedFoA row at paper size, built and not trained: the four architectures with
+  their linear projector to 256, one round computation each, and nothing but R (256 x 256) and
+  scalars at the server."""
   table = fedfoa_table.paper()
-  row = table.row(row_key)
-  config = table.cell_config(row, table.columns[0])
-  samples = 256 if config.fedfoa else 8
-  config = dataclasses.replace(config, samples_per_client=samples, local_steps=1,
-                               num_clients=len(config.architectures)
-                               if config.method == "heterogeneous" else 2, clients_per_round=1)
-  with mock_cifar(10, 1100, 10):
-    train, _ = experiment.load_splits(config)
-    runs = list(runner.trajectory(config, train, 2))
-  assert [r for r, _, _, _ in runs] == [0, 1]
-  metrics = [m for _, _, _, m in runs]
-  assert all(np.isfinite(m["loss"]) for m in metrics)
-  if config.fedfoa:  # R of the batches' 256-dim projections reached the bank.
-    agg = metrics[-1]["aggregation"]
-    assert agg["fedfoa_trace"] > 0 and agg["fedfoa_bank_entries"] == 1  # Capacity: 1 a round.
-    assert agg["fedfoa_partners"] == 0  # 2 rounds are inside the 5-round warm-up.
-  if config.method == "heterogeneous":
-    assert runs[-1][2] == []  # No global weights.
-    assert {f"loss_{a}" for a in config.architectures} & set(metrics[0]["aggregation"])
+  config = table.cell_config(table.row("hetero_foa"), table.column("cifar10"))
+  _, _, process = paper_smoke.paper_model(config, (32, 32, 3))
+  params = [sum(int(np.prod(w.shape)) for w in m.initial_weights) for m in process.models]
+  # Each: its encoder, the linear projector to 256 and BYOL's 4096 -> 256 predictor.
+  head = lambda features: (paper_smoke.head_params(features, (256,))  # noqa: E731
+                           + paper_smoke.head_params(256, (4096, 256)))
+  # ResNet-34 (CIFAR stem) without its classifier: 21,282,122 - 5,130. VGG-9 and AlexNet
+  # (tff_ssl/models/convnets.py) counted layer by layer: a k x k convolution k²·in·out weights and
+  # GroupNorm's 2·out, a dense layer in·out and its norm's 2·out; their first dense layer flattens the
+  # last 4 x 4 x 256 map of a 32 px image.
+  conv = lambda k, i, o: k * k * i * o + 2 * o  # noqa: E731
+  vgg9 = (conv(3, 3, 32) + conv(3, 32, 64) + conv(3, 64, 128) + conv(3, 128, 128)
+          + conv(3, 128, 256) + conv(3, 256, 256) + 4096 * 512 + 2 * 512 + 512 * 512 + 2 * 512)
+  alexnet = (conv(5, 3, 64) + conv(5, 64, 192) + conv(3, 192, 384) + conv(3, 384, 256)
+             + conv(3, 256, 256) + 4096 * 512 + 2 * 512)
+  assert params == [paper_smoke.RESNET18_PARAMS + head(512), vgg9 + head(512),
+                    alexnet + head(512), 21_276_992 + head(512)]
+  for model, run_round in zip(process.models, process.round_of):
+    sig = run_round.type_signature
+    assert str(sig.parameter.data) == "{<images=uint8[?,32,32,3],ids=int64[?]>}@CLIENTS"
+    server = [p for p in sig.parameter if p.placement is tff.SERVER]
+    shapes = {tuple(t.shape) for p in server for t in tff.structure.flatten(p.member)}
+    assert (process.fedfoa.bank_size, 256, 256) in shapes
+    assert max(np.prod([d or 1 for d in s]) for s in shapes) <= process.fedfoa.bank_size * 256 * 256
+    assert str(sig.result.client_states.placement) == "CLIENTS"
+    assert [tuple(t.shape) for t in tff.structure.flatten(sig.result.client_states.member)][
+        :len(model.initial_weights)] == [w.shape for w in model.initial_weights]
 
 
 def test_appendix_lays_out_each_architecture_beside_the_papers(tmp_path):
