@@ -30,9 +30,8 @@ RESNET18_PARAMS = 11_168_832
 
 
 def head_params(inputs: int, sizes) -> int:
-  """Weights of an MLP head: each hidden layer a dense kernel and bias plus a normalization's scale
-  and offset... counted as kernel + 2 x width (bias-free dense with GroupNorm's scale and offset, or
-  dense with bias and no norm, as the heads' layers hold); the last layer a kernel and a bias."""
+  """Weights of an MLP head (tff_ssl/models/heads.py): a hidden layer of width w holds its kernel
+  and 2·w more (GroupNorm's scale and offset), the last layer its kernel and a bias."""
   total, width = 0, inputs
   for i, out in enumerate(sizes):
     total += width * out + (2 * out if i < len(sizes) - 1 else out)
@@ -44,18 +43,22 @@ def _shrunk(sizes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(max(8, s // SHRINK) for s in sizes)
 
 
-def smoke(table: Table, **fields) -> Table:
-  """`table` capped at 2 rounds (steps, local epochs, probe steps), each row's encoder width
-  divided by SHRINK / 2 and heads by SHRINK, and `fields` (e.g. the clients' sizes) set in every
-  row: the paper's settings otherwise."""
-  table = table.capped(2)
+def smoke(table: Table, capped: bool = True, **fields) -> Table:
+  """`table` capped at 2 rounds (steps, local epochs, probe steps; `capped`=False: a table whose
+  runs the caller stops after 2 rounds itself), each row's encoder width divided by SHRINK / 2 and
+  heads by SHRINK, and `fields` (e.g. the clients' sizes) set in every row: the paper's settings
+  otherwise."""
+  table = table.capped(2) if capped else table
   rows = []
   for row in table.rows:
     c = row.config
     shrink = {"width": c.width / (SHRINK // 2), "projector": _shrunk(c.projector),
               "predictor": _shrunk(c.predictor)}
     rows.append(dataclasses.replace(row, config=dataclasses.replace(c, **shrink, **fields)))
-  return dataclasses.replace(table, rows=tuple(rows))
+  columns = tuple(dataclasses.replace(c, overrides=tuple(
+      (k, _shrunk(v) if k in ("projector", "predictor") else v) for k, v in c.overrides))
+                  for c in table.columns)  # A column may set the heads (L-DAWA's per SSL loss).
+  return dataclasses.replace(table, rows=tuple(rows), columns=columns)
 
 
 def paper_model(config, image_shape, *, auxiliary=None):

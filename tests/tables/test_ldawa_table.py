@@ -2,7 +2,6 @@
 CIFAR-10 (2 rounds, local epochs capped, the L-DAWA_Loss row)."""
 
 import csv
-import dataclasses
 import json
 import os
 
@@ -11,6 +10,7 @@ import pytest
 import tasks
 from tasks import ldawa_table2
 from tff_ssl import reproduce, table_report
+from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
 
 
@@ -98,42 +98,55 @@ def test_checks_on_hand_made_numbers():
 
 
 def mock_cifar10(num_train=400, num_test=100):
-  return mock_cifar(10, num_train, num_test)
+  return mock_cifar(10, num_train, num_test, size=paper_smoke.SMOKE_IMAGE_SIZE)
 
 
 def test_paper_scale_runs_two_rounds(tmp_path):
   """L-DAWA_Loss (the most involved strategy; the rows differ in --aggregator, FedU's rows also in
-  their stateful clients, run at paper scale in test_fedema_table.py) on Barlow Twins /
-  CIFAR-10, 2 rounds of 1 local epoch (capped from 10): full-width ResNet-18 on a CPU."""
-  table = ldawa_table2.paper().capped(2)
-  table = dataclasses.replace(
-      table, rows=(table.row("ldawa_loss"),),
-      columns=(table.column("cifar10_barlow_twins"),), selection_column="cifar10_barlow_twins")
-  table = dataclasses.replace(table, rows=tuple(dataclasses.replace(
-      r, config=dataclasses.replace(r.config, local_steps=1)) for r in table.rows))
+  their stateful clients, whose paper-scale smoke run is test_fedema_table.py's) on Barlow Twins /
+  CIFAR-10: its paper settings, then 2 rounds of 1 local epoch on mock 8 px images with the model
+  shrunk (tests/tables/paper_smoke.py)."""
+  paper = ldawa_table2.paper().select(["ldawa_loss"], ["cifar10_barlow_twins"])
+  c = paper.cell_config(paper.row("ldawa_loss"), paper.column("cifar10_barlow_twins"))
+  assert (c.dataset, c.encoder, c.width, c.aggregator, c.local_batch_size, c.projector, c.rounds,
+          c.local_steps, c.num_clients) == (
+              "cifar10", "resnet18", 1.0, "ldawa_loss", 256, (2048, 2048), 200, 10, 10)
+  table = paper_smoke.smoke(paper, local_steps=1)
   out = str(tmp_path / "paper")
   with mock_cifar10(num_train=60, num_test=60):
     result = reproduce.reproduce(table, out, progress=False)
-  for row in ("ldawa_loss",):
-    run = os.path.join(out, "cells", row, "cifar10_barlow_twins")
-    hp = json.load(open(os.path.join(run, "hparams.json")))
-    assert (hp["dataset"], hp["encoder"], hp["width"], hp["aggregator"]) == (
-        "cifar10", "resnet18", 1.0, row)
-    assert (hp["local_batch_size"], hp["rounds"], hp["projector"]) == (256, 2, [2048, 2048])
-    with open(os.path.join(run, "aggregation.csv")) as f:
-      rows = list(csv.DictReader(f))
-    assert [r["round"] for r in rows] == ["0", "1"]
-    assert all(float(r["clients"]) == 10 for r in rows)
-    assert -1 <= float(rows[0]["model_delta"]) <= 1 and 0 < float(rows[0]["max_weight"]) <= 1
-    with open(os.path.join(run, "metrics.csv")) as f:
-      losses = [float(r["loss"]) for r in csv.DictReader(f)]
-    assert len(losses) == 2 and all(x > 0 for x in losses)
+  run = os.path.join(out, "cells", "ldawa_loss", "cifar10_barlow_twins")
+  hp = json.load(open(os.path.join(run, "hparams.json")))
+  assert (hp["dataset"], hp["encoder"], hp["aggregator"], hp["rounds"]) == (
+      "cifar10", "resnet18", "ldawa_loss", 2)
+  with open(os.path.join(run, "aggregation.csv")) as f:
+    rows = list(csv.DictReader(f))
+  assert [r["round"] for r in rows] == ["0", "1"]
+  assert all(float(r["clients"]) == 10 for r in rows)
+  assert -1 <= float(rows[0]["model_delta"]) <= 1 and 0 < float(rows[0]["max_weight"]) <= 1
+  with open(os.path.join(run, "metrics.csv")) as f:
+    losses = [float(r["loss"]) for r in csv.DictReader(f)]
+  assert len(losses) == 2 and all(x > 0 for x in losses)
   rows = list(csv.DictReader(open(result["table_csv"])))
   ours = [r for r in rows if r["status"] == "ok"]
   assert len(ours) == 3 and all(0 <= float(r["ours"]) <= 100 for r in ours)
   md = open(result["table_md"]).read()
   assert "| SSL method |" in md and "(69.5)" in md  # The paper's L-DAWA_Loss, CIFAR-10 BT, 100%.
   assert table_report.fmt(0.5) == "50.0"
+
+
+def test_paper_size_model_and_types():
+  """The L-DAWA_Loss row at paper size, built and not trained: ResNet-18 with Barlow Twins' 2048 x 2
+  projector; each client uploads its update and its mean loss (the softmax weight's input)."""
+  table = ldawa_table2.paper()
+  config = table.cell_config(table.row("ldawa_loss"), table.column("cifar10_barlow_twins"))
+  model, params, process = paper_smoke.paper_model(config, (32, 32, 3))
+  assert params == paper_smoke.RESNET18_PARAMS + paper_smoke.head_params(512, (2048, 2048))
+  sig = process.run_round.type_signature
+  assert str(sig.parameter.weights) == f"float32[{params}]@SERVER"
+  assert str(sig.parameter.data) == "{<images=uint8[?,32,32,3],ids=int64[?]>}@CLIENTS"
+  assert [tuple(t.shape) for t in sig.result.update.member] == [w.shape for w in
+                                                                 model.initial_weights]
 
 
 def test_a_diverged_dawa_run_names_the_warmup():

@@ -3,7 +3,6 @@ runs 2 rounds of every row (ViT-Tiny, the paper's heads, on mock CIFAR-10), the 
 paper's claims, and the cost appendix is bin/benchmark's measurement of the table's own rows."""
 
 import csv
-import dataclasses
 import os
 
 import numpy as np
@@ -13,6 +12,7 @@ import tasks
 from tasks import lwfedssl_table
 from tff_ssl import benchmark, experiment, reproduce
 from tff_ssl.federated import layerwise, runner
+from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
 
 ROW_KEYS = [key for key, _, _ in lwfedssl_table.ROWS]
@@ -70,32 +70,65 @@ def test_checks_are_the_papers_claims():
       "Prog-FedSSL 69.0 **is not above** FedMoCo 70.0 (-1.0 points)"]
 
 
-@pytest.mark.parametrize("row_key", ROW_KEYS)  # One test a row: pytest-xdist spreads them.
-def test_paper_scale_runs_two_rounds(row_key):
-  """The paper-scale row (ViT-Tiny, 4096-wide heads, batch 1024, AdamW, the auxiliary split) built
-  and run for 2 rounds on mock CIFAR-10: 10 clients of 4 images (the paper's 4,500 shrunk), 1
-  local epoch (of 3)."""
+def test_paper_rows_run_two_rounds():
+  """Each row's paper settings (ViT-Tiny, 4096-wide heads, batch 1024, AdamW, the auxiliary split);
+  then each row built and run for 2 rounds on mock 8 px CIFAR-10 images (10 clients of 4, 1 local
+  epoch of 3) with the model shrunk (tests/tables/paper_smoke.py): 12 blocks of width 24."""
+  paper = lwfedssl_table.paper()
+  column = paper.columns[0]
+  for row in paper.rows:
+    c = paper.cell_config(row, column)
+    batch = 512 if row.key in lwfedssl_table.HALF_BATCH_ROWS else 1024
+    assert (c.encoder, c.patch_size, c.projector, c.predictor, c.local_batch_size, c.rounds,
+            c.num_clients, c.samples_per_client) == (
+                "vit_tiny", 4, (4096, 4096, 256), (4096, 256), batch, 180, 10, 4500)
+  # Not capped: a layer-wise run needs a round per block; `trajectory` stops it after 2.
+  table = paper_smoke.smoke(paper, capped=False, samples_per_client=4, local_steps=1)
+  with mock_cifar(10, 60, 10, size=paper_smoke.SMOKE_IMAGE_SIZE):
+    for row in table.rows:
+      config = table.cell_config(row, column)
+      train, _ = experiment.load_splits(config)
+      runs = list(runner.trajectory(config, train, 2))
+      assert [r for r, _, _, _ in runs] == [0, 1]
+      _, model, weights, metrics = runs[-1]
+      assert len(model.names) == len(weights) and np.isfinite(metrics["loss"])
+      assert max(layerwise.block_of(n) for n in model.names) == 12
+      if row.key == "lw_fedssl":
+        assert np.isfinite(metrics["aggregation"]["calibration_loss"])
+      if row.key != "fedmoco":
+        assert metrics["stage"] == 1
+        # Stage 1 trains block 1 (with the patch embedding) and the heads; block 2 waits.
+        first = dict(zip(model.names, model.initial_weights))
+        after = dict(zip(model.names, weights))
+        assert not np.array_equal(after["encoder/block1_mlp1/kernel"],
+                                  first["encoder/block1_mlp1/kernel"])
+        np.testing.assert_array_equal(after["encoder/block2_mlp1/kernel"],
+                                      first["encoder/block2_mlp1/kernel"])
+
+
+def test_paper_size_model_and_types():
+  """LW-FedSSL's row at paper size, built and not trained: ViT-Tiny (12 blocks of dim 192, patch 4
+  on 32 px) with MoCo v3's heads, and stage 1's round, which trains and exchanges block 1 and the
+  heads only."""
   table = lwfedssl_table.paper()
-  config = dataclasses.replace(table.cell_config(table.row(row_key), table.columns[0]),
-                               samples_per_client=4, local_steps=1)
-  with mock_cifar(10, 60, 10):
-    train, _ = experiment.load_splits(config)
-    runs = list(runner.trajectory(config, train, 2))
-  assert [r for r, _, _, _ in runs] == [0, 1]
-  _, model, weights, metrics = runs[-1]
-  assert len(model.names) == len(weights) and np.isfinite(metrics["loss"])
-  assert max(layerwise.block_of(n) for n in model.names) == 12
-  if row_key == "lw_fedssl":
-    assert np.isfinite(metrics["aggregation"]["calibration_loss"])
-  if row_key != "fedmoco":
-    assert metrics["stage"] == 1
-    # Stage 1 trains block 1 (with the patch embedding) and the heads; block 2 waits.
-    first = {n: w for n, w in zip(model.names, model.initial_weights)}
-    after = dict(zip(model.names, weights))
-    assert not np.array_equal(after["encoder/block1_mlp1/kernel"],
-                              first["encoder/block1_mlp1/kernel"])
-    np.testing.assert_array_equal(after["encoder/block2_mlp1/kernel"],
-                                  first["encoder/block2_mlp1/kernel"])
+  config = table.cell_config(table.row("lw_fedssl"), table.columns[0])
+  model, params, process = paper_smoke.paper_model(config, (32, 32, 3),
+                                                   auxiliary={"images": np.zeros((2, 32, 32, 3),
+                                                                                 np.uint8),
+                                                              "ids": np.arange(2)})
+  d = 192
+  block = 2 * (2 * d) + (d * 3 * d + 3 * d) + (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d)
+  vit_tiny = (4 * 4 * 3 * d + d) + d + 12 * block + 2 * d  # Patches, class token, blocks, norm.
+  assert params == (vit_tiny + paper_smoke.head_params(d, (4096, 4096, 256))
+                    + paper_smoke.head_params(256, (4096, 256)))
+  stage = process.process(1)
+  sig = stage.run_round.type_signature
+  assert "images=uint8[?,32,32,3]" in str(sig.parameter.data)
+  # Stage 1 exchanges the patch embedding, the class token, block 1 and the heads: those tensors,
+  # in the model's order.
+  trained = [w.shape for n, w in zip(model.names, model.initial_weights)
+             if layerwise.block_of(n) <= 1 or not n.startswith("encoder/")]
+  assert [tuple(t.shape) for t in sig.result.update.member] == trained
 
 
 def test_the_cost_appendix_measures_the_tables_own_rows(tmp_path):

@@ -9,19 +9,21 @@ import os
 
 from tasks import dcco_table1
 from tff_ssl import reproduce
+from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
 
 
 def mock_cifar100(num_train=50_000, num_test=100):
-  return mock_cifar(100, num_train, num_test)
+  return mock_cifar(100, num_train, num_test, size=paper_smoke.SMOKE_IMAGE_SIZE)
 
 
-def check_hparams(hp, row):
+def check_hparams(hp, row, steps=2):
   assert hp["dataset"] == "cifar100" and hp["encoder"] == "resnet14" and hp["stem_stride"] == 1
   if row.supervised:
     assert (hp["optimizer"], hp["learning_rate"], hp["batch_size"]) == ("adam", 0.01, 256)
     return
-  assert tuple(hp["projector"]) == ((256, 256, 128) if row.key == "fedavg_simclr" else (1024,) * 3)
+  contrastive = row.key in ("fedavg_simclr", "centralized_simclr")
+  assert tuple(hp["projector"]) == ((256, 256, 128) if contrastive else (1024,) * 3)
   if row.federated:
     # The paper's round: 3,125 clients of 16, 32 per round (global batch 512), client GD at 1.0,
     # server Adam at the first candidate.
@@ -30,11 +32,11 @@ def check_hparams(hp, row):
     assert (hp["server_optimizer"], hp["server_learning_rate"]) == ("adam", 5e-3)
   else:
     assert (hp["batch_size"], hp["optimizer"], hp["learning_rate"], hp["steps"]) == (
-        512, "adam", 5e-3, 2)
+        512, "adam", 5e-3, steps)
 
 
-def test_paper_scale_settings_of_every_row_and_two_rounds_of_dcco(tmp_path):
-  table = dcco_table1.paper().capped(2)
+def test_paper_settings_of_every_row_and_two_rounds_of_dcco_and_supervised(tmp_path):
+  table = dcco_table1.paper()
   # One column (32 clients of 16 images per round), at the first candidate learning rate:
   # selection, resume and failures are the same code at every scale (tests/tables/test_reproduce.py).
   table = dataclasses.replace(
@@ -42,20 +44,25 @@ def test_paper_scale_settings_of_every_row_and_two_rounds_of_dcco(tmp_path):
                         for r in table.rows),
       columns=(table.column("noniid_16"),))
   column = table.column("noniid_16")
-  for key in ("fedavg_cco", "fedavg_simclr", "centralized_cco"):
-    row = table.row(key)
-    check_hparams(dataclasses.asdict(table.cell_config(row, column if row.federated else None)), row)
-  table = table.select(["dcco", "supervised"])
+  for row in table.rows:
+    config = (table.supervised_config(row, 0.1, 50_000) if row.supervised else
+              table.cell_config(row, column if row.federated else None))
+    check_hparams(dataclasses.asdict(config), row, steps=97_000)
+  # DCCO and the supervised row run 2 rounds (steps) on 1,024 mock 8 px images, the model shrunk
+  # (tests/tables/paper_smoke.py); the paper-size model: test_paper_size_model_and_types.
+  table = paper_smoke.smoke(table.select(["dcco", "supervised"]))
+  table = dataclasses.replace(table, columns=(dataclasses.replace(column, num_clients=64),))
   out = str(tmp_path / "paper")
-  with mock_cifar100():
+  with mock_cifar100(num_train=1024, num_test=100):
     result = reproduce.reproduce(table, out, progress=False)
   todo, _ = reproduce.cells(table)
   assert [c.path for c in todo] == [
       "cells/dcco/noniid_16", "cells/supervised/labels_0.1", "cells/supervised/labels_0.01"]
   for cell in todo:
     hp = json.load(open(os.path.join(out, cell.path, "hparams.json")))
-    check_hparams(hp, cell.row)
+    assert hp["dataset"] == "cifar100" and hp["encoder"] == "resnet14"
     if cell.row.federated:  # 2 rounds were run.
+      assert (hp["samples_per_client"], hp["clients_per_round"], hp["rounds"]) == (16, 32, 2)
       with open(os.path.join(out, cell.path, "metrics.csv")) as f:
         assert [line.split(",")[0] for line in f.read().split()[1:]] == ["0", "1"]
   assert not os.path.exists(os.path.join(out, "selection"))  # One candidate: no pilots.
@@ -67,3 +74,21 @@ def test_paper_scale_settings_of_every_row_and_two_rounds_of_dcco(tmp_path):
   md = open(result["table_md"]).read()
   assert "smoke" in md and "| DCCO | **" in md and "(45.9)" in md
   assert open(result["curves_png"], "rb").read(4) == b"\x89PNG"
+
+
+def test_paper_size_model_and_types():
+  """DCCO's row at paper size, built and not trained: ResNet-14 (16/32/64 filters, 1 x 1 projection
+  shortcuts) with CCO's 1024 x 3 projector on 32 px CIFAR-100, and its round's TFF types."""
+  table = dcco_table1.paper()
+  config = table.cell_config(table.row("dcco"), table.column("noniid_16"))
+  _, params, process = paper_smoke.paper_model(config, (32, 32, 3))
+  conv = lambda k, i, o: k * k * i * o + 2 * o  # noqa: E731  # GroupNorm: 2 weights a channel.
+  resnet14 = (conv(3, 3, 16) + 4 * conv(3, 16, 16)
+              + conv(3, 16, 32) + 3 * conv(3, 32, 32) + conv(1, 16, 32)
+              + conv(3, 32, 64) + 3 * conv(3, 64, 64) + conv(1, 32, 64))
+  assert params == resnet14 + paper_smoke.head_params(64, (1024, 1024, 1024))
+  stats = process.aggregate_statistics.type_signature
+  assert str(stats.parameter.weights) == f"float32[{params}]@SERVER"
+  assert "images=uint8[?,32,32,3]" in str(stats.parameter.data)
+  assert stats.result.member.mean_fg.shape == (1024, 1024)
+  assert str(process.aggregate_updates.type_signature.result.update) == f"float32[{params}]@SERVER"
