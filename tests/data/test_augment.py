@@ -57,9 +57,12 @@ def test_same_views_in_tf_function_and_inside_a_tff_computation():
     return two_views(im, tf.constant([5, 6]))
 
   in_tff = views_in_tff(x)
-  for got in (graph, in_tff):
-    np.testing.assert_allclose(got[0], eager[0], atol=1e-5)
-    np.testing.assert_allclose(got[1], eager[1], atol=1e-5)
+  # Eager, tf.function and TFF's worker: largest gap seen 6.6e-7 (pixels in [0, 1]; four
+  # oneDNN set-ups).
+  for where, got in (("tf.function", graph), ("TFF computation", in_tff)):
+    for view in (0, 1):
+      spread.within(f"view {view}, {where} vs eager", spread.relative_gap(got[view], eager[view], 1.0),
+                    1e-5)
 
 
 def test_all_off_is_the_identity():

@@ -81,7 +81,10 @@ def test_one_dcco_round_equals_one_centralized_step(model, union_and_gradient):
   new_state, metrics = process.next(state, clients)
   central = [w - ETA * g for w, g in zip(state.weights, grad)]
   update = [ETA * g for g in grad]
-  assert relative_gap(new_state.weights, central, update) <= 1e-4
+  # The paper's equivalence, through a TFF round against an in-process tf.function on the union:
+  # largest gap seen 1.4e-5 of the update (four oneDNN set-ups, BUILD-notes "Numbers across CPUs").
+  spread.within("DCCO round vs centralized SGD step",
+                relative_gap(new_state.weights, central, update), 1e-4)
   assert new_state.round_num == 1 and metrics["clients"] == 4 and np.isfinite(metrics["loss"])
 
 
@@ -104,7 +107,9 @@ def test_one_dcco_round_with_server_adam_equals_one_centralized_adam_step(model,
   assert np.mean(np.concatenate([m.ravel() for m in masks])) > 0.9
   gap = max(np.abs(a - c.numpy())[m].max(initial=0.0)
             for a, c, m in zip(new_state.weights, central, masks))
-  assert gap <= 1e-4 * 1e-3 * 10  # 1e-4 of Adam's update scale (lr = 1e-3), allowing eps effects.
+  # 1e-3 of Adam's update scale (lr = 1e-3), allowing eps effects; largest gap seen 1.5e-5
+  # of it (four oneDNN set-ups).
+  spread.within("DCCO round vs centralized Adam step, over the update scale", gap / 1e-3, 1e-3)
 
 
 @pytest.mark.parametrize("name", ["adam", "sgdm"])
@@ -166,8 +171,12 @@ def test_phase_one_statistics_are_the_unions_statistics(model, union_and_gradien
 
   want = union_stats([tf.constant(w) for w in model.initial_weights], images,
                      np.arange(len(images)))
+  # TFF's phase 1 against a tf.function on the union, in units of (1e-6 + 1e-4 |want|): largest
+  # seen 0.09 (mean_fg, oneDNN capped at SSE4.1; 0.068 by default).
   for name in losses.EncodingStatistics._fields:
-    np.testing.assert_allclose(aggregate[name], getattr(want, name).numpy(), rtol=1e-4, atol=1e-6)
+    a, b = np.asarray(aggregate[name], np.float64), getattr(want, name).numpy().astype(np.float64)
+    spread.within(f"phase 1 statistics vs the union's, {name}",
+                  np.max(np.abs(a - b) / (1e-6 + 1e-4 * np.abs(b))), 1.0)
 
 
 @pytest.mark.parametrize("mode", ["reference", "grouped"])
@@ -229,7 +238,10 @@ def test_fedavg_update_is_the_nk_weighted_mean_of_client_updates(model):
   state = process.initialize()
   new_state, _ = process.next(state, clients)
   got = [w - n for w, n in zip(state.weights, new_state.weights)]  # Server SGD at 1: w - update.
-  assert relative_gap(got, want, want) <= 1e-5
+  # The same client graph run by the process and on its own: largest gap seen 8.4e-6
+  # (the same in four oneDNN set-ups; the bound was 1e-5 before, 1.2x above it).
+  spread.within("FedAvg round vs the weighted mean of client updates",
+                relative_gap(got, want, want), 1e-4)
 
 
 def test_fedavg_rejects_one_image_clients_and_unweighted_factories(model):

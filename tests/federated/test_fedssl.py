@@ -180,14 +180,15 @@ def flat(x):
 
 def test_fedema_rounds_are_the_same_in_both_simulation_modes(fedema_runs):
   (ref, ref_store), (grp, grp_store) = fedema_runs["reference"], fedema_runs["grouped"]
-  scale = max(np.abs(w).max() for w in ref[-1].weights)
-  for a, b in zip(ref[-1].weights, grp[-1].weights):
-    np.testing.assert_allclose(a, b, atol=1e-5 * scale)
+  # Three rounds apart, not re-anchored: largest relative gaps seen 0 (weights) and 0 (client
+  # states, relative to max(1, the largest entry)) in four oneDNN set-ups.
+  spread.within("FedEMA weights after 3 rounds, grouped vs reference",
+                spread.relative_gap(grp[-1].weights, ref[-1].weights), 1e-5)
   initial = ref_store.read([0], 0, None)[0]
   for cid in (0, 1, 2):
-    for a, b in zip(flat(ref_store.read([cid], 3, initial)[0]),
-                    flat(grp_store.read([cid], 3, initial)[0])):
-      np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, np.abs(a).max()))
+    a, b = flat(ref_store.read([cid], 3, initial)[0]), flat(grp_store.read([cid], 3, initial)[0])
+    spread.within("FedEMA client states after 3 rounds, grouped vs reference",
+                  spread.relative_gap(b, a, max(1.0, max(np.abs(x).max() for x in a))), 1e-5)
 
 
 def test_fedema_mu_in_whole_rounds_matches_numpy(fedema_runs):
