@@ -1,6 +1,7 @@
-"""FedFoA's Tables 1-3 as data: the grid is the paper's (Sec. 4.1), the paper scale constructs and runs
-2 rounds of every row (full-width ResNet-18 / the four heterogeneous architectures, projection 256, on
-mock CIFAR-10), the checks are the paper's claim, and the appendix lays out each architecture."""
+"""FedFoA's Tables 1-3 as data: the grid is the paper's (Sec. 4.1), the paper scale runs 2 rounds of
+every row on mock CIFAR-10 with the model shrunk and builds the heterogeneous row at paper size (the
+four architectures, projection 256; tests/tables/paper_smoke.py), the checks are the paper's claim,
+and the appendix lays out each architecture."""
 
 import csv
 import dataclasses

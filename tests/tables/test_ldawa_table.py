@@ -1,5 +1,6 @@
-"""L-DAWA's Table 2 as data: the grid is the paper's (Sec. 4.2), and the paper scale runs on mock
-CIFAR-10 (2 rounds, local epochs capped, the L-DAWA_Loss row)."""
+"""L-DAWA's Table 2 as data: the grid is the paper's (Sec. 4.2), and the paper scale's L-DAWA_Loss row
+runs on mock CIFAR-10 (2 rounds, local epochs capped, the model shrunk) and is built at paper size
+(tests/tables/paper_smoke.py)."""
 
 import csv
 import json

@@ -1,5 +1,6 @@
-"""LW-FedSSL's Table 3 as data: the grid is the paper's (Sec. 5.1), the paper scale constructs and
-runs 2 rounds of every row (ViT-Tiny, the paper's heads, on mock CIFAR-10), the checks are the
+"""LW-FedSSL's Table 3 as data: the grid is the paper's (Sec. 5.1), the paper scale runs 2 rounds
+of every row on mock CIFAR-10 with the model shrunk and builds ViT-Tiny with the paper's heads at
+paper size (tests/tables/paper_smoke.py), the checks are the
 paper's claims, and the cost appendix is bin/benchmark's measurement of the table's own rows."""
 
 import csv
