@@ -12,40 +12,49 @@ from tff_ssl.training import PretrainConfig, batch_indices, pretrain
 AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
 
 
-def _run(images, seed, steps, loss="cco", model=None):
+def _run(images, seed, steps, loss="cco", model=None, batch_size=64, learning_rate=3e-3):
   if model is None:
     tf.keras.utils.set_random_seed(seed)
     model = models.build_ssl_model("resnet14", images.shape[1:], [64, 64, 64], width=0.5)
-  cfg = PretrainConfig(steps=steps, batch_size=64, ssl=loss, learning_rate=3e-3, seed=seed,
-                       augment=AUGMENT)
+  cfg = PretrainConfig(steps=steps, batch_size=batch_size, ssl=loss, learning_rate=learning_rate,
+                       seed=seed, augment=AUGMENT)
   return pretrain(model, images, cfg), model
 
 
-def _held_out_loss(model, images, loss):
-  """The loss on fixed views (seed 99, not a training seed) of fixed images: no sampling noise
-  between before and after."""
-  v1, v2 = two_views(images, [99, 99], AUGMENT)
-  return float(PretrainConfig(steps=1, ssl=loss).loss_fn()(model.project(v1), model.project(v2)))
+VIEW_SEEDS = (99, 98, 97, 96)  # Not training seeds.
 
 
-@pytest.mark.parametrize("loss,steps,evaluated_on,ratio", [
-    # CCO on 128 held-out images with d = 64 is dominated by the sampling noise of the correlation
-    # matrix (it rose on a held-out set here while training converged), so CCO's own objective is
-    # checked on the training images; NT-Xent generalizes and is checked on held-out images.
-    # CCO's per-step loss on 64-image batches swings by +-10 (70-87), so where the run stops decides
-    # the result: after 20 steps 61.6 or 64.1 for two GroupNorm implementations equal to float
-    # round-off; after 40 steps 59.8 and 59.3 (0.92).
-    ("cco", 40, "train", 0.97),
-    ("simclr", 40, "held_out", 0.9),  # Measured 5.54 -> 4.63 (0.836).
+def _loss_on_fixed_views(model, images, loss):
+  """The loss on fixed views of fixed images, averaged over VIEW_SEEDS: no sampling noise between
+  before and after, and less dependence on one draw of views."""
+  fn = PretrainConfig(steps=1, ssl=loss).loss_fn()
+  return float(np.mean([fn(*(model.project(v) for v in two_views(images, [s, s], AUGMENT)))
+                        for s in VIEW_SEEDS]))
+
+
+@pytest.mark.parametrize("loss,projector,batch_size,learning_rate,evaluated_on,ratio", [
+    # CCO's loss has a floor of sampling noise in its d x d correlation matrix that grows as d^2 / n:
+    # with d = 64 it dominated (after 40 steps 59.3 here, 67.4 with TensorFlow's oneDNN rewrites off,
+    # from 64.9: a test that failed on one set-up). With d = 16 and steadier steps (batch 128, lr
+    # 1e-3) the loss falls in every set-up: after/before measured 0.944 (this AMD EPYC's default),
+    # 0.949 (ONEDNN_MAX_CPU_ISA=AVX2), 0.951 (=SSE41), 0.955 (TF_ENABLE_ONEDNN_OPTS=0). On
+    # held-out images CCO's loss does not fall at this scale, so it is checked on the training images.
+    ("cco", [64, 64, 16], 128, 1e-3, "train", 0.97),
+    # NT-Xent generalizes and is checked on held-out images: measured 0.810-0.824 in the same four
+    # set-ups.
+    ("simclr", [64, 64, 64], 64, 3e-3, "held_out", 0.9),
 ])
-def test_loss_decreases(synthetic_train, loss, steps, evaluated_on, ratio):
+def test_loss_decreases(synthetic_train, loss, projector, batch_size, learning_rate, evaluated_on,
+                        ratio):
   tf.keras.utils.set_random_seed(0)
-  model = models.build_ssl_model("resnet14", (28, 28, 1), [64, 64, 64], width=0.5)
+  model = models.build_ssl_model("resnet14", (28, 28, 1), projector, width=0.5)
   train = synthetic_train.images[:256]
   images = train if evaluated_on == "train" else synthetic_train.images[256:384]
-  before = _held_out_loss(model, images, loss)
-  _run(train, seed=0, steps=steps, loss=loss, model=model)
-  after = _held_out_loss(model, images, loss)
+  before = _loss_on_fixed_views(model, images, loss)
+  _run(train, seed=0, steps=40, loss=loss, model=model, batch_size=batch_size,
+       learning_rate=learning_rate)
+  after = _loss_on_fixed_views(model, images, loss)
+  print(f"{loss}: {before:.3f} -> {after:.3f} ({after / before:.3f})")  # Shown with `pytest -s`.
   assert after < ratio * before, (before, after)  # Deterministic: seeded data, views, init.
 
 
