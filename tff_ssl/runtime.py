@@ -74,10 +74,22 @@ class _PopenWithParentDeath(subprocess.Popen):
       return super().wait()
 
 
+class _LocalWorkerPopen(_PopenWithParentDeath):
+  """A worker TFF's local context starts: remembered, so that `stop_workers` stops those and only
+  those (not executor services the program started itself, such as bin/worker processes)."""
+
+  def __init__(self, args, **kwargs):
+    super().__init__(args, **kwargs)
+    _local_pids.add(self.pid)
+
+
+_local_pids: set[int] = set()
+
+
 class _SubprocessShim:
   """Stands in for the `subprocess` module inside TFF's executor factory; only Popen differs."""
 
-  Popen = _PopenWithParentDeath
+  Popen = _LocalWorkerPopen
 
   def __getattr__(self, name):
     return getattr(subprocess, name)
@@ -118,16 +130,18 @@ def _service_managers() -> list:
 
 def stop_workers(timeout: float = 5.0) -> int:
   """Stops every TFF worker this process started for its local contexts; returns how many were
-  running (the services of `serve_local_workers` are left to it).
+  running (the services of `serve_local_workers` are left to it, executor services the program
+  started itself, such as bin/worker processes, to the program).
 
   TFF's service managers forget the stopped workers, so the next computation starts a fresh one (a
   manager that still held one would `os.kill` its reaped pid and fail)."""
   for manager in _service_managers():
     manager._stub, manager._process = None, None  # pylint: disable=protected-access
-  return _terminate([w for w in worker_processes() if w.pid not in _served_pids], timeout)
+  local = [w for w in worker_processes() if w.pid in _local_pids]
+  _local_pids.difference_update(w.pid for w in local)
+  return _terminate(local, timeout)
 
 
-_served_pids: set[int] = set()
 
 
 @contextlib.contextmanager
@@ -146,7 +160,6 @@ def serve_local_workers(count: int, *, start_timeout: float = 60.0):
           [worker_binary_path(), f"--port={port}", "--max_concurrent_computation_calls=-1"],
           stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
       procs.append(proc)
-      _served_pids.add(proc.pid)
       targets.append(f"localhost:{port}")
     deadline = time.monotonic() + start_timeout
     for proc, target in zip(procs, targets):
@@ -162,7 +175,6 @@ def serve_local_workers(count: int, *, start_timeout: float = 60.0):
         proc.terminate()
     for proc in procs:
       proc.wait()
-      _served_pids.discard(proc.pid)
 
 
 def _terminate(workers: list[psutil.Process], timeout: float = 5.0) -> int:

@@ -17,16 +17,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TRAIN = os.path.join(ROOT, "bin", "train")
 
 
-def load_train():
-  """bin/train as a module, loaded once per process (its absl flags can be defined only once)."""
-  if "bin_train" in sys.modules:
-    return sys.modules["bin_train"]
-  loader = importlib.machinery.SourceFileLoader("bin_train", TRAIN)
-  spec = importlib.util.spec_from_loader("bin_train", loader)
+def load_module(name: str, path: str):
+  """The script at `path` as the module `name`, loaded once per process (a binary's absl flags can
+  be defined only once)."""
+  if name in sys.modules:
+    return sys.modules[name]
+  loader = importlib.machinery.SourceFileLoader(name, path)
+  spec = importlib.util.spec_from_loader(name, loader)
   module = importlib.util.module_from_spec(spec)
   loader.exec_module(module)
-  sys.modules["bin_train"] = module
+  sys.modules[name] = module
   return module
+
+
+def load_train():
+  """bin/train as a module."""
+  return load_module("bin_train", TRAIN)
 
 
 @dataclasses.dataclass
