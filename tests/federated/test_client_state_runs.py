@@ -27,7 +27,7 @@ PROGRAM = textwrap.dedent("""
     from tff_ssl.federated import client_state
     runtime.configure_context(static_graph_optimization=False)  # As in the test session.
 
-    out, kill_after, fields = sys.argv[1], int(sys.argv[2]), eval(sys.argv[3])
+    outs, kill_after, fields = sys.argv[1].split(","), int(sys.argv[2]), eval(sys.argv[3])
     if kill_after >= 0:  # Dies right after round `kill_after` wrote its client states.
       write = client_state.DiskClientStateStore.write
       def write_then_die(self, ids, states, round_num):
@@ -47,14 +47,17 @@ PROGRAM = textwrap.dedent("""
         "method": "toy_stateful", "ssl": "simclr", "dataset": "synthetic", "encoder": "resnet14", "width": 0.25,
         "projector": (16, 8), "alpha": 1000.0, "client_learning_rate": 0.05, "eval_steps": 5,
         "seed": 0, **fields}})
-    # The random-init probe is the same on both sides of a resume and tells nothing here.
-    experiment.run(config, out, progress=False, random_init_baseline=False)
+    for out in outs:  # One process, one run after the other.
+      # The random-init probe is the same on both sides of a resume and tells nothing here.
+      experiment.run(config, out, progress=False, random_init_baseline=False)
 """)
 
 
-def run(out, kill_after=-1, env=None, **fields):
-  return subprocess.run([sys.executable, "-c", PROGRAM.format(root=ROOT), str(out), str(kill_after),
-                         repr(fields)], capture_output=True, text=True, timeout=600, check=False,
+def run(*outs, kill_after=-1, env=None, **fields):
+  """A process that runs `fields` into each of `outs` in turn (it dies after round `kill_after`)."""
+  return subprocess.run([sys.executable, "-c", PROGRAM.format(root=ROOT),
+                         ",".join(str(o) for o in outs), str(kill_after), repr(fields)],
+                        capture_output=True, text=True, timeout=600, check=False,
                         env=None if env is None else {**os.environ, **env})
 
 
@@ -81,12 +84,11 @@ def test_kill_between_checkpoints_then_rerun_equals_an_uninterrupted_run(tmp_pat
   fields = {**dict(rounds=6, num_clients=20, samples_per_client=2, clients_per_round=5,
                   checkpoint_every=3), **method}
   whole, crashed = tmp_path / "whole", tmp_path / "crashed"
-  proc = run(whole, **fields)
-  assert proc.returncode == 0, proc.stderr[-3000:]
   proc = run(crashed, kill_after=4, **fields)  # Checkpoint after round 3; dies after round 4.
   assert proc.returncode == -9, proc.stderr[-3000:]
   assert not (crashed / "results.json").exists()
-  proc = run(crashed, **fields)
+  # One process of the same kind: the uninterrupted run, then the rerun that resumes the crashed one.
+  proc = run(whole, crashed, **fields)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert (crashed / "metrics.csv").read_text() == (whole / "metrics.csv").read_text()
   assert (crashed / "aggregation.csv").read_text() == (whole / "aggregation.csv").read_text()
