@@ -5,12 +5,8 @@ under a `tf.variable_creator_scope` that hands out the given tensors in place of
 mechanism of `tff.learning.models.functional_model_from_keras`, which we do not use directly because it
 forces a supervised `loss(output, label)` interface and a (trainable, non_trainable) split that SSL
 models with two heads and no labels do not have). Gradients are taken with respect to the weight tensors.
-Use inside a `tf.function` or `tff.tensorflow.computation`.
-
-The Keras model is built once more for calls (`_template`), each weight a `_WeightSlot` that stands for
-the tensor the call in progress was given; a call fills the slots and runs the Keras model on them.
-Rebuilding the model under a creator scope on every call, as before, cost a paper-scale trace a
-ResNet-18 build (~0.8 s on 2 cores) per call: 10% of a paper table's smoke run.
+Use inside a `tf.function` or `tff.tensorflow.computation`: every call rebuilds the model (once per
+trace).
 """
 
 from __future__ import annotations
@@ -78,7 +74,6 @@ class FunctionalModel:
         seed, so seed first (`tf.keras.utils.set_random_seed`).
     """
     self._build_fn = build_fn
-    self._template_model, self._slots = None, []
     created = []  # In creation order, which is the order __call__ hands tensors out in.
 
     def record(next_creator, **kwargs):
@@ -130,75 +125,19 @@ class FunctionalModel:
     with tf.variable_creator_scope(init_from_weights):
       return self._build_fn()
 
-  def _template(self) -> tuple[tf.keras.Model, list["_WeightSlot"]]:
-    """The Keras model built once more, each weight a `_WeightSlot`: called with the slots filled, it
-    computes with the given tensors. Built eagerly on first use (Keras' step counters are variables)."""
-    if self._template_model is None:
-      specs = iter(self.weight_specs)
-      slots = []
-
-      def slot(next_creator, **kwargs):
-        if _is_keras_counter(kwargs):
-          return next_creator(**kwargs)
-        spec = next(specs)
-        slots.append(_WeightSlot(spec.shape, spec.dtype, kwargs.get("name")))
-        return slots[-1]
-
-      with tf.init_scope(), tf.variable_creator_scope(slot):
-        model = self._build_fn()  # Keras infers shapes by calling the layers: on zeros (`tensor`).
-      for s in slots:
-        s.building = False
-      if len(slots) != len(self.weight_specs):
-        raise ValueError(f"{len(self.weight_specs) - len(slots)} weight tensors were not used by "
-                         f"the model")
-      self._template_model, self._slots = model, slots
-    return self._template_model, self._slots
-
   def __call__(self, weights: Sequence[tf.Tensor], x: tf.Tensor, training: bool = True):
     if len(weights) != len(self.weight_specs):
       raise ValueError(f"expected {len(self.weight_specs)} weight tensors; got {len(weights)}")
-    model, slots = self._template()
-    if any(s.value is not None for s in slots):
-      raise RuntimeError("a FunctionalModel called inside its own call")
-    for s, w in zip(slots, weights):
-      s.value = tf.convert_to_tensor(w)
-    try:
-      return model(x, training=training)
-    finally:
-      for s in slots:
-        s.value = None
+    queue = list(weights)
 
+    def use_given_tensor(next_creator, **kwargs):  # pylint: disable=unused-argument
+      if _is_keras_counter(kwargs):
+        value = kwargs["initial_value"]
+        return tf.convert_to_tensor(value() if callable(value) else value)
+      return queue.pop(0)
 
-class _WeightSlot:
-  """A weight of `FunctionalModel`'s template model: stands for the tensor given to the call in
-  progress wherever the Keras layer uses its weight (converted to a tensor, or in arithmetic)."""
-
-  def __init__(self, shape, dtype, name):
-    self.shape, self.dtype, self.name = tf.TensorShape(shape), tf.as_dtype(dtype), name
-    self.value = None
-    self.trainable = True
-    self.building = True
-
-  def tensor(self) -> tf.Tensor:
-    if self.value is None:
-      if self.building:
-        return tf.zeros(self.shape, self.dtype)
-      raise RuntimeError(f"weight {self.name} used outside a FunctionalModel call")
-    return self.value
-
-  def get_shape(self):
-    return self.shape
-
-
-def _convert_slot(slot, dtype=None, name=None, as_ref=False):  # pylint: disable=unused-argument
-  value = slot.tensor()
-  return value if dtype is None or dtype == value.dtype else tf.cast(value, dtype)
-
-
-tf.register_tensor_conversion_function(_WeightSlot, _convert_slot)
-
-for _op in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
-            "__rtruediv__", "__matmul__", "__rmatmul__", "__pow__", "__rpow__", "__neg__",
-            "__getitem__"):
-  setattr(_WeightSlot, _op,
-          lambda self, *args, _op=_op: getattr(self.tensor(), _op)(*args))  # noqa: E731
+    with tf.variable_creator_scope(use_given_tensor):
+      model = self._build_fn()
+    if queue:
+      raise ValueError(f"{len(queue)} weight tensors were not used by the model")
+    return model(x, training=training)
