@@ -16,11 +16,8 @@ import sys
 import time
 
 import psutil
-import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
-from absl import flags
-from absl.testing import flagsaver
 
 from tests.bin import binaries
 from tff_ssl import cli, rundir
@@ -203,10 +200,8 @@ def test_ctrl_c_stops_cleanly_without_orphan_and_the_rerun_resumes(tmp_path):
   assert len((out / "metrics.csv").read_text().splitlines()) == 41
 
 
-def test_disk_full_while_writing_metrics_is_one_line_and_resumable(tmp_path, capfd, monkeypatch):
-  train_binary = binaries.load_train()
+def test_disk_full_while_writing_metrics_is_one_line_and_resumable(tmp_path, monkeypatch):
   out = tmp_path / "run"
-  flag_args = ["train", f"--output_dir={out}", *TINY]
   real = tff.program.CSVFileReleaseManager.release
 
   async def full_disk(self, value, key=None):
@@ -216,14 +211,9 @@ def test_disk_full_while_writing_metrics_is_one_line_and_resumable(tmp_path, cap
     return await real(self, value, key=key)
 
   monkeypatch.setattr(tff.program.CSVFileReleaseManager, "release", full_disk)
-  with flagsaver.flagsaver(), pytest.raises(SystemExit) as exit_info:
-    flags.FLAGS(flag_args)
-    try:
-      train_binary.main(["train"])
-    finally:
-      flags.FLAGS.unparse_flags()
-  assert exit_info.value.code == cli.EXIT_ERROR
-  err = capfd.readouterr().err
+  proc = train_here(out)
+  assert proc.returncode == cli.EXIT_ERROR, proc.stderr[-3000:]
+  err = proc.stderr
   # In-process: other tests' TensorFlow may log to the same stderr; the binary's own line is this.
   assert "Traceback" not in err, err
   assert [l for l in err.splitlines() if l.startswith("error")] == [("error: ResourceExhaustedError: metrics.csv_temp1234; No space left on device; fix "
@@ -232,12 +222,7 @@ def test_disk_full_while_writing_metrics_is_one_line_and_resumable(tmp_path, cap
   assert not (out / "results.json").exists()
 
   monkeypatch.setattr(tff.program.CSVFileReleaseManager, "release", real)  # Space freed.
-  with flagsaver.flagsaver():
-    flags.FLAGS(flag_args)
-    try:
-      assert train_binary.main(["train"]) == 0
-    finally:
-      flags.FLAGS.unparse_flags()
+  proc = train_here(out)
+  assert proc.returncode == 0, proc.stderr[-3000:]
   rows = (out / "metrics.csv").read_text().splitlines()
   assert [r.split(",")[0] for r in rows[1:]] == ["0", "1", "2"]
-

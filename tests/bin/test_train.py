@@ -8,7 +8,6 @@ import sys
 
 import pytest
 from absl import flags
-from absl.testing import flagsaver
 
 from tff_ssl import experiment
 
@@ -26,16 +25,12 @@ def test_every_config_field_is_a_flag():
   assert fields <= set(flags.FLAGS), sorted(fields - set(flags.FLAGS))
 
 
-def test_smoke_run_writes_a_finished_run_folder(tmp_path, capsys):
+def test_smoke_run_writes_a_finished_run_folder(tmp_path):
   out = str(tmp_path / "run")
-  with flagsaver.flagsaver():
-    flags.FLAGS(["train", "--task=synthetic_smoke", f"--output_dir={out}", "--steps=2",
-                 "--eval_steps=5"])
-    try:
-      assert train.main(["train"]) == 0
-    finally:
-      flags.FLAGS.unparse_flags()
-  printed = capsys.readouterr().out
+  proc = binaries.train_in_process("--task=synthetic_smoke", f"--output_dir={out}", "--steps=2",
+                                   "--eval_steps=5")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  printed = proc.stdout
   assert "pretrained (centralized, cco, 2 steps)" in printed and "random initialization" in printed
   results = json.load(open(os.path.join(out, "results.json")))
   hparams = json.load(open(os.path.join(out, "hparams.json")))

@@ -9,10 +9,7 @@ import sys
 import time
 
 import pytest
-from absl import flags
-from absl.testing import flagsaver
 
-from tff_ssl import cli
 
 from tests import spread
 from tests.bin import binaries
@@ -214,18 +211,10 @@ def test_bad_federated_input(tmp_path, args, message):
 
 @pytest.mark.parametrize("args,message", [c for c in BAD_FEDERATED_INPUT
                                           if c[0][0] not in THROUGH_THE_BINARY])
-def test_bad_federated_input_in_process(tmp_path, capsys, args, message):
-  binary = binaries.load_train()
+def test_bad_federated_input_in_process(tmp_path, args, message):
   out = tmp_path / "run"
-  with flagsaver.flagsaver():
-    try:
-      with pytest.raises(SystemExit) as exit_:
-        cli.parse_flags(["train", f"--output_dir={out}", *TINY, *args])
-        binary.main(["train"])
-    finally:
-      flags.FLAGS.unparse_flags()
-  stderr = capsys.readouterr().err
-  assert exit_.value.code == 2, stderr[-2000:]
-  assert stderr.strip().count("\n") == 0, stderr
-  assert message in stderr
+  proc = train_here(out, *args)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().count("\n") == 0, proc.stderr
+  assert message in proc.stderr
   assert not (out / "results.json").exists() and not (out / "checkpoints").exists()
