@@ -8,6 +8,7 @@ line on stderr. Federated runs resume from their last checkpoint when the same c
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 
 from absl import flags
@@ -26,7 +27,13 @@ def parse_flags(argv):
 
 
 def _first_line(text: str) -> str:
-  return next((line for line in str(text).splitlines() if line.strip()), "")
+  """The line that says what went wrong: the first, or for an error raised inside a `tf.function`
+  ("in user code:", then the trace) the last, where TensorFlow puts the error itself."""
+  lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+  if not lines or lines[0] != "in user code:":
+    return lines[0] if lines else ""
+  errors = [line for line in lines if re.match(r"\w+(Error|Exception): ", line)]
+  return errors[-1] if errors else lines[-1]
 
 
 @contextlib.contextmanager

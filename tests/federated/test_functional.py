@@ -114,3 +114,27 @@ def test_server_lars_rejects_names_of_other_tensors():
   opt = LARSOptimizer(1.0, names=["a/kernel"])
   with pytest.raises(ValueError, match="given 1 tensor names for 2 tensors"):
     opt.initialize((tf.TensorSpec([2, 2]), tf.TensorSpec([2])))
+
+
+def test_keras_models_carry_the_given_weights_before_and_after_a_tff_trace():
+  """The first Keras model is the one built at construction (no second build), the later ones are
+  built anew; each carries its own weights and answers like the functional model, also after a TFF
+  trace rebuilt the model in a TF1 graph (which turns Keras' classes into their TF1 versions)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  tf.keras.utils.set_random_seed(3)
+  fm = FunctionalModel(lambda: models.build_encoder("resnet14", (8, 8, 3), width=0.25))
+  x = np.random.default_rng(0).uniform(size=(2, 8, 8, 3)).astype(np.float32)
+  specs = [tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in fm.weight_specs]
+
+  @tff.tensorflow.computation(specs, tff.TensorType(np.float32, [None, 8, 8, 3]))
+  def forward(weights, images):
+    return fm(list(weights), images, training=False)
+
+  shifted = [w + 0.01 for w in fm.initial_weights]
+  first, second = fm.keras_model(shifted), fm.keras_model(fm.initial_weights)
+  assert first is not second
+  outputs = []
+  for model, weights in ((first, shifted), (second, fm.initial_weights)):
+    outputs.append(model(x, training=False).numpy())
+    np.testing.assert_allclose(outputs[-1], forward(weights, x), atol=1e-5)
+  assert np.abs(outputs[0] - outputs[1]).max() > 1e-3  # Each its own weights.

@@ -63,6 +63,23 @@ def _weight_path(layer_path: str, variable_name: str) -> str:
   return "/".join([layer_path] + inside)
 
 
+def _back_to_v2_classes(model: tf.keras.Model) -> None:
+  """Keras 2 picks a layer's base class (TF2 or TF1 Layer/Model) when the layer is constructed, by
+  changing its class's `__bases__`: building a model in a TF1 graph (as TFF traces its computations)
+  turns every class it uses into the TF1 one, and a model built earlier in eager mode can no longer
+  be called ("Your Layer or Model is in an invalid state"). This turns the classes of `model`'s
+  layers back, as constructing it again in eager mode would."""
+  # pylint: disable=g-import-not-at-top
+  from keras.src.engine import base_layer, base_layer_v1, training, training_v1
+  from keras.src.utils import version_utils
+  # pylint: enable=g-import-not-at-top
+  for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+    cls = type(layer)
+    if issubclass(cls, (training.Model, training_v1.Model)):
+      version_utils.swap_class(cls, training.Model, training_v1.Model, True)
+    version_utils.swap_class(cls, base_layer.Layer, base_layer_v1.Layer, True)
+
+
 class FunctionalModel:
   """`model(weights, x, training)` for a Keras model built by `build_fn`."""
 
@@ -109,12 +126,21 @@ class FunctionalModel:
     outputs = model.output_shape if isinstance(model.output_shape, list) else [model.output_shape]
     self.output_dims = [int(shape[-1]) for shape in outputs]
     self.output_dim = self.output_dims[0]
+    # The model built here is handed out once by `keras_model`, as is: a run's first Keras model
+    # (usually its random-init or final encoder) costs no build (0.4-1.7 s for the suite's ResNets).
+    self._spare = (model, created)
 
   def keras_model(self, weights: Sequence[np.ndarray]) -> tf.keras.Model:
     """A Keras model of this architecture whose variables start at `weights` (this model's order):
     e.g. the encoder of a checkpoint, for evaluation."""
     if len(weights) != len(self.weight_specs):
       raise ValueError(f"expected {len(self.weight_specs)} weight tensors; got {len(weights)}")
+    if self._spare is not None:  # Never handed out before: no one else holds it.
+      (model, variables), self._spare = self._spare, None
+      _back_to_v2_classes(model)
+      for variable, value in zip(variables, weights):
+        variable.assign(value)
+      return model
     queue = list(weights)
 
     def init_from_weights(next_creator, **kwargs):
