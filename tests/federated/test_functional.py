@@ -131,10 +131,11 @@ def test_keras_models_carry_the_given_weights_before_and_after_a_tff_trace():
     return fm(list(weights), images, training=False)
 
   shifted = [w + 0.01 for w in fm.initial_weights]
-  first, second = fm.keras_model(shifted), fm.keras_model(fm.initial_weights)
-  assert first is not second
-  outputs = []
-  for model, weights in ((first, shifted), (second, fm.initial_weights)):
-    outputs.append(model(x, training=False).numpy())
-    np.testing.assert_allclose(outputs[-1], forward(weights, x), atol=1e-5)
+  first = fm.keras_model(shifted)
+  outputs = [first(x, training=False).numpy()]  # Before any other Keras model is built.
+  np.testing.assert_allclose(outputs[0], forward(shifted, x), atol=1e-5)
+  second = fm.keras_model(fm.initial_weights)
+  assert second is not first
+  outputs.append(second(x, training=False).numpy())
+  np.testing.assert_allclose(outputs[1], forward(fm.initial_weights, x), atol=1e-5)
   assert np.abs(outputs[0] - outputs[1]).max() > 1e-3  # Each its own weights.
