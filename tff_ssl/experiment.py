@@ -461,3 +461,43 @@ def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
                      f"to completion first")
   encoder.set_weights([np.asarray(w) for w in state["encoder_weights"]])
   return config, encoder
+
+
+EVALUATE_PROTOCOLS = ("linear_probe", "tuned_linear_probe", "fine_tune", "supervised")
+
+
+def evaluate_run(run_dir: str, protocol: str = "linear_probe", *, label_fraction: float = 0.1,
+                 seed: int = 0, **overrides) -> tuple[str, dict[str, Any]]:
+  """Evaluates a finished run folder's encoder (what bin/evaluate does): `protocol` one of
+  EVALUATE_PROTOCOLS ("supervised": the run's architecture trained from scratch on the labels),
+  `overrides` the protocol's steps / learning_rate / batch_size (None: its default). Writes and
+  returns (path, record): eval_<protocol>_<fraction>_seed<seed>.json in `run_dir`; the tuned probe's
+  record holds its chosen L2 and each candidate's held-out accuracy."""
+  if protocol not in EVALUATE_PROTOCOLS:
+    raise ValueError(f"unknown evaluation protocol {protocol!r}; choose one of "
+                     f"{list(EVALUATE_PROTOCOLS)}")
+  overrides = {k: v for k, v in overrides.items() if v is not None}
+  if protocol == "tuned_linear_probe" and overrides:
+    raise ValueError(f"tuned_linear_probe chooses its own regularization and takes no "
+                     f"{'/'.join(sorted(overrides))}; drop --{' --'.join(sorted(overrides))}")
+  config, encoder = load_encoder(run_dir)
+  train, test = load_splits(config)
+  record: dict[str, Any] = {"protocol": protocol, "label_fraction": label_fraction, "seed": seed,
+                            **overrides}
+  if protocol == "tuned_linear_probe":
+    fit = evaluation.tuned_linear_probe_fit(encoder, train, test, evaluation.TunedLinearProbeConfig(
+        label_fraction=label_fraction, seed=seed))
+    record.update(accuracy=fit.test_accuracy, l2=fit.l2,
+                  holdout_accuracy={f"{k:g}": v for k, v in fit.holdout_accuracy.items()})
+  elif protocol == "linear_probe":
+    record["accuracy"] = evaluation.linear_probe(encoder, train, test, evaluation.LinearProbeConfig(
+        label_fraction=label_fraction, seed=seed, **overrides))
+  else:
+    cfg = evaluation.FineTuneConfig(label_fraction=label_fraction, seed=seed, **overrides)
+    record["accuracy"] = (
+        evaluation.fine_tune(encoder, train, test, cfg) if protocol == "fine_tune" else
+        evaluation.supervised_from_scratch(lambda: tf.keras.models.clone_model(encoder), train,
+                                           test, cfg))
+  path = os.path.join(run_dir, f"eval_{protocol}_{label_fraction:g}_seed{seed}.json")
+  rundir.write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+  return path, record

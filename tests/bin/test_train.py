@@ -100,6 +100,14 @@ def test_supervised_baseline_and_evaluate_a_centralized_run(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   got = json.load(open(run / "eval_linear_probe_0.1_seed0.json"))["accuracy"]
   assert got == want  # Same encoder, same probe settings as the run's own evaluation.
+  # The tuned probe (bin/evaluate's library half, in this process) records what it chose.
+  path, record = experiment.evaluate_run(str(run), "tuned_linear_probe", label_fraction=0.5)
+  assert json.load(open(path)) == record and path.endswith("eval_tuned_linear_probe_0.5_seed0.json")
+  assert 0 <= record["accuracy"] <= 1 and record["l2"] in (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+  assert set(record["holdout_accuracy"]) == {"1e-05", "0.0001", "0.001", "0.01", "0.1"}
+  with pytest.raises(ValueError, match="tuned_linear_probe chooses its own regularization and "
+                                       "takes no steps; drop --steps"):
+    experiment.evaluate_run(str(run), "tuned_linear_probe", steps=20)
   proc = subprocess.run([sys.executable, evaluate, f"--run_dir={tmp_path / 'none'}"],
                         capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 2 and "is not a run folder" in proc.stderr
