@@ -103,8 +103,9 @@ def test_supervised_baseline_and_evaluate_a_centralized_run(tmp_path):
   # The tuned probe (bin/evaluate's library half, in this process) records what it chose.
   path, record = experiment.evaluate_run(str(run), "tuned_linear_probe", label_fraction=0.5)
   assert json.load(open(path)) == record and path.endswith("eval_tuned_linear_probe_0.5_seed0.json")
-  assert 0 <= record["accuracy"] <= 1 and record["l2"] in (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
-  assert set(record["holdout_accuracy"]) == {"1e-05", "0.0001", "0.001", "0.01", "0.1"}
+  assert 0 <= record["accuracy"] <= 1 and record["l2"] in (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+  assert set(record["holdout_accuracy"]) == {
+      "1e-05", "0.0001", "0.001", "0.01", "0.1", "1", "10"}
   with pytest.raises(ValueError, match="tuned_linear_probe chooses its own regularization and "
                                        "takes no steps; drop --steps"):
     experiment.evaluate_run(str(run), "tuned_linear_probe", steps=20)

@@ -145,7 +145,7 @@ class TunedLinearProbeConfig:
   max_iterations: L-BFGS iterations per fit (scikit-learn's `LogisticRegression`, tolerance 1e-4).
   """
   label_fraction: float = 0.1
-  l2_grid: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+  l2_grid: tuple[float, ...] = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
   holdout_fraction: float = 0.2
   max_iterations: int = 1000
   seed: int = 0
