@@ -4,9 +4,10 @@ label fractions and label-subset seeds: raw pixels and the table's encoder at it
 Writes nothing; prints a Markdown table (README, "Choosing the mini regime"; issue 31).
 
   .venv/bin/python tools/probe_baselines.py --table=dcco_table1 --scale=mini \
-      --label_fractions=0.1,0.01 --seeds=0,1
+      --label_fractions=0.1,0.01 --seeds=0,1 [--dataset=fashion_mnist_shifted]
 """
 
+import dataclasses
 import os
 import sys
 import time
@@ -29,6 +30,8 @@ _TABLE = flags.DEFINE_enum("table", "dcco_table1", sorted(tasks.TABLES), "The ta
 _SCALE = flags.DEFINE_enum("scale", "mini", ["mini", "paper"], "The table's scale.")
 _FRACTIONS = flags.DEFINE_list("label_fractions", ["0.1", "0.01"], "Labeled fractions of train.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1"], "Label-subset seeds.")
+_DATASET = flags.DEFINE_string("dataset", None, "Another image source of the same shape (default: "
+                               "the table's), e.g. fashion_mnist_shifted.")
 
 
 def main(argv):
@@ -39,6 +42,8 @@ def main(argv):
     seeds = [int(s) for s in _SEEDS.value]
     table = tasks.get_table(_TABLE.value, _SCALE.value)
     config = table.cell_config(next(r for r in table.rows if not r.supervised), None)
+    if _DATASET.value:
+      config = dataclasses.replace(config, dataset=_DATASET.value)
     train, test = experiment.load_splits(config)
     tf.keras.utils.set_random_seed(config.seed)
     encoders = {"raw pixels": evaluation.raw_pixels(train.image_shape),

@@ -111,3 +111,35 @@ def test_image_set_validates_shapes():
     data.ImageSet(np.zeros((2, 4, 4, 1), np.float32), np.zeros(2, np.int64), 2)
   with pytest.raises(ValueError, match="one label per image"):
     data.ImageSet(np.zeros((2, 4, 4, 1), np.uint8), np.zeros(3, np.int64), 2)
+
+
+def test_shift_images_moves_each_image_by_its_offset_with_zero_fill():
+  image = np.arange(1, 26, dtype=np.uint8).reshape(1, 5, 5, 1)
+  images = np.concatenate([image, image, image])
+  out = sources.shift_images(images, np.array([[1, -2], [0, 0], [-5, 0]]))
+  want = np.zeros((5, 5), np.uint8)
+  want[1:, :3] = image[0, :4, 2:, 0]  # One row down, two columns left.
+  np.testing.assert_array_equal(out[0, ..., 0], want)
+  np.testing.assert_array_equal(out[1], image[0])
+  assert not out[2].any()  # Moved out of the frame.
+  assert out.dtype == np.uint8 and out.shape == images.shape
+
+
+def test_shift_offsets_are_fixed_bounded_and_differ_by_split():
+  a = sources.shift_offsets(5000, "train")
+  np.testing.assert_array_equal(a, sources.shift_offsets(5000, "train"))
+  np.testing.assert_array_equal(a[:10], sources.shift_offsets(10, "train"))  # By position.
+  assert a.min() == -4 and a.max() == 4 and len(np.unique(a, axis=0)) == 81
+  assert not np.array_equal(a[:100], sources.shift_offsets(100, "test"))
+
+
+def test_fashion_mnist_shifted_is_fashion_mnist_moved(tiny_fashion_mnist):  # pylint: disable=unused-argument
+  for split in ("train", "test"):
+    base, moved = data.load("fashion_mnist", split), data.load("fashion_mnist_shifted", split)
+    np.testing.assert_array_equal(moved.labels, base.labels)
+    np.testing.assert_array_equal(
+        moved.images, sources.shift_images(base.images, sources.shift_offsets(len(base), split)))
+    assert moved.name == "fashion_mnist_shifted" and moved.num_classes == 10
+    assert data.image_shape("fashion_mnist_shifted") == moved.image_shape
+  with pytest.raises(ValueError, match="unknown split 'unlabelled' for fashion_mnist"):
+    data.load("fashion_mnist_shifted", "unlabelled")
