@@ -34,7 +34,7 @@ from tff_ssl import data as data_lib
 from tff_ssl import evaluation, losses, methods, models, optim, rundir
 from tff_ssl import progress as progress_lib
 from tff_ssl import ssl as ssl_lib
-from tff_ssl.federated import runner
+from tff_ssl.federated import runner, ssl_model
 from tff_ssl.training import PretrainConfig, centralized, pretrain
 
 
@@ -50,6 +50,8 @@ def method_specific_fields() -> tuple[str, ...]:
 # class split over the clients by Dir(alpha) proportions: clients of unequal size, the L-DAWA paper's;
 # split_samples > 0 splits a random subset of that many images) or "classes" (num_clients x
 # samples_per_client, each client holding classes_per_client classes in equal shares: FedEMA's).
+HEAD_NORMS = {"group": None, "batch": None}  # --head_norm's choices (`ssl_model.head_options`).
+
 PARTITIONS = {"dirichlet": ("samples_per_client", "alpha"),
               "dirichlet_split": ("split_samples", "alpha"),
               "classes": ("samples_per_client", "classes_per_client")}
@@ -74,6 +76,9 @@ class ExperimentConfig:
   # BYOL / SimSiam predictor head sizes (its last must equal the projector's); () gives
   # (512, projector[-1]).
   predictor: tuple[int, ...] = ()
+  # The SSL heads' normalization: "group" (GroupNorm, per image) or "batch" (statistics of each
+  # client's own batch, per view: the SSL method's published heads, `SSLMethod.batch_heads`).
+  head_norm: str = "group"
   target_decay: float = 0.99  # BYOL, MoCo: EMA decay of the target network over local steps.
   moco_queue: int = 4096  # MoCo: negative keys in the queue.
   steps: int = 300
@@ -231,6 +236,14 @@ class ExperimentConfig:
     if self.partition == "dirichlet_split" and not self.alpha > 0:
       raise ValueError(f"the dirichlet_split partition needs alpha > 0; got {self.alpha} (alpha = 0, "
                        f"one class per client, is the dirichlet partition's)")
+    _choice("head_norm", self.head_norm, HEAD_NORMS)
+    if self.head_norm == "batch":
+      refusal = methods.get(self.method).no_batch_heads
+      if refusal:
+        raise ValueError(f"--head_norm=batch: {refusal}; use --head_norm=group")
+      if self.local_batch_size == 1:
+        raise ValueError("--head_norm=batch needs >= 2 images in a client's batch for its "
+                         "statistics; got local_batch_size=1 (raise it, or use --head_norm=group)")
     # The method's own fields, where its typed sub-configs are built (once).
     methods.get(self.method).check(self)
 
@@ -367,8 +380,9 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
 
   tf.keras.utils.set_random_seed(config.seed)
   encoder = config.build_encoder(train.image_shape)
+  projector_options, _ = ssl_model.head_options(config)
   model = models.SSLModel(encoder, models.build_mlp_head(encoder.output_shape[-1], config.projector,
-                                                         name="projector"))
+                                                         name="projector", **projector_options))
   probe = config.probe_config()
   start = time.perf_counter()
   random_acc = (evaluation.linear_probe(model.encoder, train, test, probe)

@@ -45,6 +45,8 @@ class Method:
     `FunctionalModel`, with `initialize()` and `next(state, clients, *, client_ids, store)`.
   min_samples(config): the fewest images a client can train on.
   divergence_hint(config): what to change when the loss became NaN (appended to the error).
+  no_batch_heads: why the method cannot train with batch-statistics heads (`--head_norm=batch`);
+    empty: it can.
   auxiliary: the method's server trains on unlabeled images of its own (LW-FedSSL's calibration):
     the runner holds `config.auxiliary_fraction` of the training images out of the clients' data
     and passes them to `build(..., auxiliary={"images": ..., "ids": ...})`.
@@ -59,6 +61,7 @@ class Method:
   build: Callable[..., Any] | None = None
   min_samples: Callable[[Any], int] = lambda config: 1
   divergence_hint: Callable[[Any], str] | None = None
+  no_batch_heads: str = ""
   auxiliary: bool = False
 
   def __post_init__(self):

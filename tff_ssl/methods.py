@@ -29,6 +29,7 @@ from tff_ssl.training import centralized
 
 SUPERVISED = Method(
     name="supervised", kind="supervised", fields=CENTRALIZED_FIELDS,
+    no_batch_heads="the supervised baseline has no SSL heads",
     summary="Supervised training from scratch on the labeled fraction: the tables' lower baseline.")
 
 METHODS: dict[str, Method] = {m.name: m for m in (

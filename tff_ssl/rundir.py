@@ -29,6 +29,30 @@ def hparams_json(config) -> str:
   return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
 
 
+def compare_settings(stored_text: str, config) -> tuple[list[str], list[str], bool]:
+  """(fields of `config` the stored hparams.json text lacks, fields it has that `config` lacks,
+  whether every field both have is equal). A field added to tff-ssl after the run was written is
+  read as its default: a run written before `head_norm` existed is the same run as one at
+  `head_norm="group"`, and is listed as lacking the field only where `config` sets another value."""
+  try:
+    stored = json.loads(stored_text)
+  except ValueError:
+    return [], [], False
+  ours = json.loads(hparams_json(config))
+  defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(config)
+                                    if f.default is not dataclasses.MISSING}, default=str))
+  missing = sorted(k for k in ours if k not in stored and ours[k] != defaults.get(k, object()))
+  extra = sorted(k for k in stored if k not in ours)
+  equal = all(stored[k] == ours[k] for k in ours if k in stored)
+  return missing, extra, equal
+
+
+def same_settings(stored_text: str, config) -> bool:
+  """Whether a run folder's hparams.json text describes the run of `config` (`compare_settings`)."""
+  missing, extra, equal = compare_settings(stored_text, config)
+  return not missing and not extra and equal
+
+
 def check_creatable(output_dir: str) -> None:
   """Raises ValueError (one line, naming the path and the fix) if `output_dir` is not a folder this
   process could create or write in. Creates nothing: called before the run's other checks."""

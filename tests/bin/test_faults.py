@@ -140,12 +140,20 @@ def test_run_folder_of_another_version_is_refused(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   (out / "results.json").unlink()
   hparams = json.loads((out / "hparams.json").read_text())
-  del hparams["group_size"]
   hparams["old_field"] = 1
   (out / "hparams.json").write_text(json.dumps(hparams))
   line = one_line(train_here(out, "--rounds=1"))
   assert "written by another version of tff-ssl" in line
-  assert "lacks ['group_size'] and has ['old_field'] more" in line
+  assert "lacks nothing and has ['old_field'] more" in line
+  # A field added since the run was written reads as its default: missing where the flags set
+  # another value, the same run where they do not.
+  del hparams["old_field"], hparams["group_size"]
+  (out / "hparams.json").write_text(json.dumps(hparams))
+  line = one_line(train_here(out, "--rounds=1", "--group_size=3"))
+  assert "lacks ['group_size'] and has nothing more" in line
+  proc = train_here(out, "--rounds=1")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert json.loads((out / "hparams.json").read_text())["group_size"] == 0  # Written back whole.
 
 
 def _workers_of(pid):

@@ -191,6 +191,12 @@ BAD_FEDERATED_INPUT = [
     (["--method=fedavg", "--ssl=simclr", "--partition=dirichlet_split", "--alpha=0.1",
       "--num_clients=1500"],
      "3000 samples, but the split has only 2000; lower num_clients"),
+    (["--head_norm=batch"], "--head_norm=batch: DCCO's clients hold as few as one image"),
+    (["--head_norm=layer"], "value should be one of <batch|group>"),
+    (["--method=fedavg", "--ssl=byol", "--head_norm=batch", "--samples_per_client=1"],
+     "needs >= 2 samples per client for its batch-statistics heads (--head_norm=batch)"),
+    (["--method=fedavg", "--ssl=byol", "--head_norm=batch", "--samples_per_client=4",
+      "--local_batch_size=1"], "--head_norm=batch needs >= 2 images in a client's batch"),
 ]
 # Through the binary (its exit status and stderr as a user sees them): a bad flag value, a flag the
 # method does not read, more samples than the data holds. The rest run bin/train's main() in this

@@ -68,9 +68,10 @@ def all_states(run_dir, rounds):
 
 
 @pytest.mark.parametrize("method", [dict(method="toy_stateful"),
-                                    # With FedFoA: its bank is method state (resumed at 3).
+                                    # With FedFoA: its bank is method state (resumed at 3). Batch
+                                    # heads: statistics of each client's batch, nothing stored.
                                     dict(method="fedema", ssl="byol", fedema_tau=0.7, fedfoa=True,
-                                         fedfoa_warmup=1, samples_per_client=8),
+                                         fedfoa_warmup=1, samples_per_client=8, head_norm="batch"),
                                     dict(method="fedmoco", ssl="moco", moco_queue=16),
                                     dict(method="fedlama", ssl="simclr"),
                                     # Stateless, staged: 3 rounds a stage; resumes inside stage 2.

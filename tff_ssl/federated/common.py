@@ -23,6 +23,7 @@ import tensorflow_federated as tff
 from tff_ssl.data.augment import AugmentConfig, two_views
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.lars import LARSOptimizer
+from tff_ssl.models.layers import batch_segments
 
 
 def client_input_type(image_shape: Sequence[int]) -> tff.StructType:
@@ -111,7 +112,8 @@ def encode_views(model: FunctionalModel, weights, v1, v2):
 def encode_outputs(model: FunctionalModel, weights, v1, v2) -> list[tuple[tf.Tensor, tf.Tensor]]:
   """(view 1, view 2) of each of the model's outputs (projections, then predictions if any), from
   one forward pass over both views."""
-  out = model(list(weights), tf.concat([v1, v2], axis=0), training=True)
+  with batch_segments(2):  # Batch-statistics heads normalize each view over its own images.
+    out = model(list(weights), tf.concat([v1, v2], axis=0), training=True)
   return [tuple(tf.split(o, 2, axis=0)) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 

@@ -228,4 +228,7 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int]) -> DCCOPro
 METHOD = Method(
     name="dcco", kind="federated", fields=FEDERATED_FIELDS, ssl=("cco",),
     validate=process_config, build=build,
+    no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
+                    "encoding statistics as if each image were encoded alone (batch statistics "
+                    "would make a client's encodings depend on its batch mates)"),
     summary="DCCO: two-phase rounds (statistics, then stop-gradient local updates) of the CCO loss.")

@@ -64,6 +64,9 @@ class FedAvgSSLConfig:
     (`models.vit.block_keep`), drawn from the step's seed.
   feature_correlation: FedFoA's settings, read by `client_loss` when the client's state brings a
     bank (`tff_ssl.federated.fedfoa`).
+  head_norm: the model's heads' normalization ("group", or "batch": statistics of the client's own
+    batch, so a client needs >= 2 images and the grouped simulation runs each real client's forward
+    pass on its own, never several clients' images in one batch).
   """
 
   ssl: str = "cco"
@@ -82,9 +85,12 @@ class FedAvgSSLConfig:
   depth_dropout: float = 0.0
   droppable_blocks: int = 0
   feature_correlation: feature_correlation.FeatureCorrelationConfig | None = None
+  head_norm: str = "group"
 
   def __post_init__(self):
     ssl_lib.get(self.ssl)
+    if self.head_norm not in ("group", "batch"):
+      raise ValueError(f"head_norm must be 'group' or 'batch'; got {self.head_norm!r}")
     if not 0 <= self.depth_dropout < 1 or self.droppable_blocks < 0:
       raise ValueError(f"depth_dropout must be in [0, 1) and droppable_blocks >= 0; got "
                        f"{self.depth_dropout}, {self.droppable_blocks}")
@@ -106,6 +112,11 @@ class FedAvgSSLConfig:
   @property
   def method(self) -> ssl_lib.SSLMethod:
     return ssl_lib.get(self.ssl)
+
+  @property
+  def min_samples(self) -> int:
+    """Fewest images a client can train on: the loss's, and 2 for batch statistics."""
+    return max(self.method.min_samples, 2 if self.head_norm == "batch" else 1)
 
 
 def view_outputs(model: FunctionalModel, method: ssl_lib.SSLMethod, weights, target, v1, v2,
@@ -413,7 +424,7 @@ class FedAvgSSLProcess(common.ServerLoop):
     batched = (simulation.grouped and simulation.batch_one_step and cfg.local_steps == 1 and
                not cfg.local_batch_size and not factory.needs_client_updates and
                client_state is None and not cfg.alignment_weight and
-               not (cfg.depth_dropout and cfg.droppable_blocks))
+               not (cfg.depth_dropout and cfg.droppable_blocks) and cfg.head_norm == "group")
 
     def batched_group_update(weights, seed, data):
       # One (first) step of the client optimizer is linear in the gradient, so
@@ -622,11 +633,13 @@ class FedAvgSSLProcess(common.ServerLoop):
     optimizer step."""
     if not clients:
       raise ValueError("a FedAvg round needs at least one client")
-    need = self.config.method.min_samples
+    need = self.config.min_samples
     small = [len(c["ids"]) for c in clients if len(c["ids"]) < need]
     if small:
-      raise ValueError(f"{self.config.ssl}'s within-client loss needs >= {need} images per client; "
-                       f"got a client with {small[0]}. Use DCCO for one-image clients")
+      what = (f"{self.config.ssl}'s within-client loss" if need == self.config.method.min_samples
+              else "batch-statistics heads")
+      raise ValueError(f"{what} needs >= {need} images per client; got a client with {small[0]}. "
+                       f"Use DCCO for one-image clients")
     seed = common.round_seed(self.config.seed, state.round_num)
     grouped = self.simulation.grouped
     data = grouping.pack(clients, self.simulation.group_size) if grouped else clients
@@ -716,7 +729,8 @@ def process_config(config) -> tuple[FedAvgSSLConfig, aggregators.AggregatorConfi
       client_optimizer=config.client_optimizer,
       client_learning_rate=config.client_learning_rate,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
-      local_batch_size=config.local_batch_size, augment=config.augment_config(), seed=config.seed),
+      local_batch_size=config.local_batch_size, augment=config.augment_config(), seed=config.seed,
+      head_norm=config.head_norm),
           aggregator, grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 

@@ -44,7 +44,8 @@ def _owning_layers(model: tf.keras.Model) -> dict[int, tuple[str, bool]]:
         visit(sub, prefix)
       return
     for v in layer.weights:  # Leaf layers own their weights.
-      owners.setdefault(id(v), (path, isinstance(layer, _NORMALIZATION_LAYERS)))
+      owners.setdefault(id(v), (path, isinstance(layer, _NORMALIZATION_LAYERS)
+                                or getattr(layer, "normalizes", False)))
 
   visit(model, "")
   return owners

@@ -11,7 +11,6 @@ resumes after the latest checkpoint; since client sampling and augmentations are
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -71,8 +70,10 @@ def partition(config, train: data_lib.ImageSet):
 
 
 def min_samples_per_client(config) -> int:
-  """Fewest images a client of this run's method can train on (within-client losses need 2)."""
-  return methods.get(config.method).min_samples(config)
+  """Fewest images a client of this run's method can train on (within-client losses need 2, and so
+  do batch-statistics heads)."""
+  need = methods.get(config.method).min_samples(config)
+  return max(need, 2) if getattr(config, "head_norm", "group") == "batch" else need
 
 
 def _partition(config, train: data_lib.ImageSet):
@@ -170,16 +171,18 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   encoder) pairs it evaluated (`run_encoders`)."""
   need = min_samples_per_client(config)
   if config.partition != "dirichlet_split" and config.samples_per_client < need:
+    why = ("its batch-statistics heads (--head_norm=batch)"
+           if need > methods.get(config.method).min_samples(config) else "its within-client loss")
     raise ValueError(f"{config.method} with --ssl={config.ssl} needs >= {need} samples per client "
-                     f"for its within-client loss; got samples_per_client="
-                     f"{config.samples_per_client}. Use dcco")
+                     f"for {why}; got samples_per_client={config.samples_per_client}. Use dcco"
+                     f"{' or --head_norm=group' if 'heads' in why else ''}")
   clients_rows = partition(config, train)  # Raises ValueError before anything is written.
   hparams = rundir.hparams_json(config)
   hparams_path = os.path.join(output_dir, "hparams.json")
   rundir.check_creatable(output_dir)
   if os.path.exists(hparams_path):
     rundir.lock(output_dir)  # Before the checks below: another run may be writing it.
-    _check_resumable(hparams_path, hparams, output_dir)
+    _check_resumable(hparams_path, config, output_dir)
   builder, model, process, round_clients = _setup(config, train, clients_rows)
 
   rundir.create(output_dir)
@@ -335,22 +338,17 @@ def load_newest_readable(manager: tff.program.FileProgramStateManager, structure
   return None
 
 
-def _check_resumable(hparams_path: str, hparams: str, output_dir: str) -> None:
-  """Raises ValueError unless the run folder's hparams.json is `hparams` (the same run)."""
-  text = open(hparams_path).read()
-  if text == hparams:
-    return
-  try:
-    theirs, ours = set(json.loads(text)), set(json.loads(hparams))
-  except ValueError:
-    theirs = ours = set()
-  if theirs != ours:
-    missing, extra = sorted(ours - theirs), sorted(theirs - ours)
+def _check_resumable(hparams_path: str, config, output_dir: str) -> None:
+  """Raises ValueError unless the run folder's hparams.json describes `config`'s run
+  (`rundir.compare_settings`: a field added since, at its default, is the run's)."""
+  missing, extra, equal = rundir.compare_settings(open(hparams_path).read(), config)
+  if missing or extra:
     raise ValueError(f"{output_dir} holds a run written by another version of tff-ssl (its "
                      f"hparams.json lacks {missing or 'nothing'} and has {extra or 'nothing'} more); "
                      f"it cannot be resumed: choose another --output_dir")
-  raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
-                   f"flags or choose another --output_dir")
+  if not equal:
+    raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
+                     f"flags or choose another --output_dir")
 
 
 def load_encoder(config, image_shape, manager) -> tf.keras.Model:

@@ -10,21 +10,36 @@ from tff_ssl import ssl as ssl_lib
 ENCODER_NAME = "encoder"  # The Keras name of the SSL model's encoder (`keras_encoder` finds it).
 
 
+def head_options(config) -> tuple[dict, dict]:
+  """`models.build_mlp_head` options of the projector and of the predictor under `config.head_norm`:
+  GroupNorm heads, or the SSL method's published batch-normalized heads (`SSLMethod.batch_heads`)."""
+  norm = getattr(config, "head_norm", "group")
+  if norm != "batch":
+    return {"norm": norm}, {"norm": norm}
+  layout = ssl_lib.get(config.ssl).batch_heads
+  projector = ({"norm": "none"} if layout == "none" else
+               {"norm": "batch", "output_norm": layout == "hidden+output"})
+  return projector, {"norm": "batch"}
+
+
 def ssl_model_builder(config, image_shape, features: bool = False):
   """The federated model: encoder + projector (outputs z), + predictor when the SSL method has one
   (outputs [z, p]); `features`: the encoder's output h last ([z, h] or [z, p, h]: LW-FedSSL's
   representation alignment). The weights are the same either way."""
   predictor = ssl_lib.get(config.ssl).predictor
+  projector_options, predictor_options = head_options(config)
 
   def build():
     enc = config.build_encoder(image_shape, name=ENCODER_NAME)
-    proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector")
+    proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector",
+                                 **projector_options)
     x = tf.keras.Input(image_shape, name="images")
     h = enc(x)
     z = proj(h)
     outputs = [z]
     if predictor:
-      pred = models.build_mlp_head(config.projector[-1], config.predictor_sizes, name="predictor")
+      pred = models.build_mlp_head(config.projector[-1], config.predictor_sizes, name="predictor",
+                                   **predictor_options)
       outputs.append(pred(z))
     if features:
       outputs.append(h)

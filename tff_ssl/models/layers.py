@@ -1,8 +1,11 @@
-"""Normalization layers that do not depend on the batch: weight-standardized convolution, GroupNorm."""
+"""Normalization layers: weight-standardized convolution and GroupNorm, which do not depend on the batch
+(the encoders'), and batch-statistics normalization (the SSL heads' with `--head_norm=batch`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import tensorflow as tf
 
@@ -76,3 +79,55 @@ def group_norm(channels: int, name: str | None = None,
   on vectors ([B, C], the MLP heads) it would zero everything, so heads ask for groups of >= 4."""
   return GroupNormalization(
       groups=num_groups(channels, min_group_size=min_group_size), epsilon=1e-5, name=name)
+
+
+_segments = threading.local()
+
+
+@contextlib.contextmanager
+def batch_segments(count: int):
+  """Within it, a `BatchStatNormalization` layer splits its batch into `count` equal, consecutive
+  segments and normalizes each by its own statistics: a forward pass over several views stacked on
+  the batch axis ([view 1; view 2]) normalizes each view over its own images, as separate passes
+  would (the published BYOL, SimSiam and MoCo v3 code forwards each view on its own)."""
+  if count < 1:
+    raise ValueError(f"batch segments must be >= 1; got {count}")
+  previous = getattr(_segments, "count", 1)
+  _segments.count = count
+  try:
+    yield
+  finally:
+    _segments.count = previous
+
+
+class BatchStatNormalization(tf.keras.layers.Layer):
+  """BatchNorm as it trains, always: each feature standardized over the (segment of the) batch it is
+  called on, then scaled and shifted (`affine`), in training and inference alike. It keeps no moving
+  statistics, so it has no state to aggregate across clients or to save: the SSL heads that use it are
+  dropped before the encoder is evaluated. Inputs [B, D]; B a multiple of the active
+  `batch_segments`, each segment of at least 2 rows for statistics to exist."""
+
+  normalizes = True  # FunctionalModel: its weights are a normalization layer's (LARS, masks).
+
+  def __init__(self, affine: bool = True, epsilon: float = 1e-5, **kwargs):
+    super().__init__(**kwargs)
+    self.affine = affine
+    self.epsilon = epsilon
+
+  def build(self, input_shape):
+    dim = int(input_shape[-1])
+    if self.affine:
+      self.gamma = self.add_weight(name="gamma", shape=(dim,), initializer="ones")
+      self.beta = self.add_weight(name="beta", shape=(dim,), initializer="zeros")
+    super().build(input_shape)
+
+  def call(self, inputs):
+    count = getattr(_segments, "count", 1)
+    dim = inputs.shape[-1]
+    x = tf.reshape(inputs, [count, -1, dim])
+    mean, variance = tf.nn.moments(x, axes=[1], keepdims=True)
+    x = tf.reshape((x - mean) * tf.math.rsqrt(variance + self.epsilon), tf.shape(inputs))
+    return x * self.gamma + self.beta if self.affine else x
+
+  def get_config(self):
+    return {**super().get_config(), "affine": self.affine, "epsilon": self.epsilon}

@@ -48,3 +48,7 @@ class SSLMethod:
   queue: bool = False  # A queue of negative keys (`moco_queue` of them), t2 enqueued after each step.
   min_samples: int = 2  # Fewest images per client the loss is defined for.
   hparams: tuple[str, ...] = ()  # Config fields it reads (ExperimentConfig: the loss's and heads').
+  # Its published heads, used with `--head_norm=batch`: batch normalization after the projector's
+  # hidden layers ("hidden"), also a non-affine one on its output ("hidden+output"), or none at all
+  # ("none"). A predictor has it after its hidden layer.
+  batch_heads: str = "hidden"

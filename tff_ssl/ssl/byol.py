@@ -16,4 +16,6 @@ METHOD = SSLMethod(
     loss=lambda o, hp: losses.byol_loss(o.p1, o.p2, o.t1, o.t2),
     per_client_loss=lambda o, sizes, hp: per_client.byol_loss_per_client(
         o.p1, o.p2, o.t1, o.t2, sizes),
-    predictor=True, ema_target=True, min_samples=1, hparams=("target_decay", "predictor"))
+    predictor=True, ema_target=True, min_samples=1, hparams=("target_decay", "predictor"),
+    # --head_norm=batch: BYOL: projector and predictor Linear-BN-ReLU-Linear.
+    batch_heads="hidden")

@@ -15,4 +15,6 @@ METHOD = SSLMethod(
     loss=lambda o, hp: losses.cco_loss(o.z1, o.z2, lambd=hp.cco_lambda),
     per_client_loss=lambda o, sizes, hp: per_client.cco_loss_per_client(
         o.z1, o.z2, sizes, lambd=hp.cco_lambda),
-    hparams=("cco_lambda",))
+    hparams=("cco_lambda",),
+    # --head_norm=batch: CCO: BN in the projector's hidden layers (as Barlow Twins' projector).
+    batch_heads="hidden")

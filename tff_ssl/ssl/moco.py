@@ -19,4 +19,7 @@ METHOD = SSLMethod(
     per_client_loss=lambda o, sizes, hp: per_client.moco_loss_per_client(
         o.z1, o.z2, o.t1, o.t2, o.queue, sizes, hp.temperature),
     ema_target=True, queue=True, min_samples=1,
-    hparams=("temperature", "target_decay", "moco_queue"))
+    hparams=("temperature", "target_decay", "moco_queue"),
+    # --head_norm=batch: MoCo v2's head is Linear-ReLU-Linear, with no normalization (its BN is in
+    # the encoder, shuffled across GPUs).
+    batch_heads="none")

@@ -19,4 +19,7 @@ METHOD = SSLMethod(
     per_client_loss=lambda o, sizes, hp: per_client.mocov3_loss_per_client(
         o.p1, o.p2, o.t1, o.t2, sizes, hp.temperature),
     predictor=True, ema_target=True, min_samples=2,
-    hparams=("temperature", "target_decay", "predictor"))
+    hparams=("temperature", "target_decay", "predictor"),
+    # --head_norm=batch: MoCo v3: BN on every projector layer, the output's non-affine; BN on the
+    # predictor's hidden layer.
+    batch_heads="hidden+output")

@@ -11,4 +11,6 @@ METHOD = SSLMethod(
     loss=lambda o, hp: losses.nt_xent_loss(o.z1, o.z2, temperature=hp.temperature),
     per_client_loss=lambda o, sizes, hp: per_client.nt_xent_loss_per_client(
         o.z1, o.z2, sizes, temperature=hp.temperature),
-    hparams=("temperature",))
+    hparams=("temperature",),
+    # --head_norm=batch: SimCLR: BN in the projector's hidden layers.
+    batch_heads="hidden")

@@ -13,4 +13,7 @@ METHOD = SSLMethod(
     loss=lambda o, hp: losses.simsiam_loss(o.p1, o.p2, o.z1, o.z2),
     per_client_loss=lambda o, sizes, hp: per_client.simsiam_loss_per_client(
         o.p1, o.p2, o.z1, o.z2, sizes),
-    predictor=True, min_samples=1, hparams=("predictor",))
+    predictor=True, min_samples=1, hparams=("predictor",),
+    # --head_norm=batch: SimSiam: BN on every projector layer, the output's without affine (He's
+    # code: `BatchNorm1d(dim, affine=False)`); predictor Linear-BN-ReLU-Linear.
+    batch_heads="hidden+output")

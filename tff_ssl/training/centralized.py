@@ -20,6 +20,7 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl.data.augment import AugmentConfig, two_views
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.models import SSLModel
+from tff_ssl.models.layers import batch_segments
 
 # SSL methods centralized pretraining trains with: within-batch losses of the projections (no
 # predictor head, no target network).
@@ -81,7 +82,8 @@ def make_train_step(model: SSLModel, config: PretrainConfig,
     v1, v2 = two_views(images, tf.stack([tf.constant(config.seed, tf.int64), step]),
                        config.augment, example_ids)
     with tf.GradientTape() as tape:
-      z = model.project(tf.concat([v1, v2], axis=0), training=True)
+      with batch_segments(2):  # Batch-statistics heads normalize each view over its own images.
+        z = model.project(tf.concat([v1, v2], axis=0), training=True)
       z1, z2 = tf.split(z, 2, axis=0)
       loss = loss_fn(z1, z2)
     variables = model.trainable_variables
