@@ -14,7 +14,8 @@ from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.models.layers import BatchStatNormalization, batch_segments
 from tests.federated.test_grouping import (AUGMENT, FEDAVG_ROUNDS, LR, REFERENCE, SEED, SGD, SHAPE,
-                                           assert_same_rounds, rounds_of_clients, run_two_rounds)
+                                           assert_same_rounds, rounds_of_clients, run_two_rounds,
+                                           small_encoder)
 
 
 def test_batch_statistics_by_hand_per_segment():
@@ -72,13 +73,7 @@ def test_each_ssl_method_gets_its_published_heads(ssl, projector, predictor):
 def build_batch_head_model(output_norm):
   """test_grouping's small encoder with batch-statistics heads (projector, predictor)."""
   x = tf.keras.Input(SHAPE)
-  h = x
-  for i, channels in enumerate((32, 32, 64)):
-    h = models.layers.WSConv2D(channels, 3, strides=2, padding="same", use_bias=False,
-                               name=f"conv{i}")(h)
-    h = models.layers.group_norm(channels, name=f"gn{i}")(h)
-    h = tf.keras.layers.ReLU()(h)
-  h = tf.keras.layers.GlobalAveragePooling2D()(h)
+  h = small_encoder(x)
   z = models.build_mlp_head(64, [64, 32], norm="batch", output_norm=output_norm)(h)
   p = models.build_mlp_head(32, [64, 32], name="predictor", norm="batch")(z)
   return tf.keras.Model(x, [z, p])

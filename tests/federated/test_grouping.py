@@ -46,14 +46,18 @@ def build_keras():
   across images (max <F>^2 / Var F = 64 at initialization; 4,800 with 8-16 channels, where the
   one-pass variance alone loses 3e-4 to float32 cancellation)."""
   x = tf.keras.Input(SHAPE)
+  return tf.keras.Model(x, models.build_mlp_head(64, [64, 32])(small_encoder(x)))
+
+
+def small_encoder(x):
+  """build_keras' encoder on the Keras input `x`: pooled features [B, 64]."""
   h = x
   for i, channels in enumerate((32, 32, 64)):
     h = models.layers.WSConv2D(channels, 3, strides=2, padding="same", use_bias=False,
                                name=f"conv{i}")(h)
     h = models.layers.group_norm(channels, name=f"gn{i}")(h)
     h = tf.keras.layers.ReLU()(h)
-  h = tf.keras.layers.GlobalAveragePooling2D()(h)
-  return tf.keras.Model(x, models.build_mlp_head(64, [64, 32])(h))
+  return tf.keras.layers.GlobalAveragePooling2D()(h)
 
 
 def build_keras_with_predictor():
