@@ -379,10 +379,8 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
   shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
 
   tf.keras.utils.set_random_seed(config.seed)
-  encoder = config.build_encoder(train.image_shape)
-  projector_options, _ = ssl_model.head_options(config)
-  model = models.SSLModel(encoder, models.build_mlp_head(encoder.output_shape[-1], config.projector,
-                                                         name="projector", **projector_options))
+  build = centralized_model_builder(config, train.image_shape)
+  model = build()
   probe = config.probe_config()
   start = time.perf_counter()
   random_acc = (evaluation.linear_probe(model.encoder, train, test, probe)
@@ -403,7 +401,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
         metrics.write(f"{step},{loss:.6g},{acc}\n")
         metrics.flush()
 
-    history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step)
+    history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step, build=build)
   pretrained_acc = evaluation.linear_probe(model.encoder, train, test, probe)
   save_encoder(output_dir, model.encoder)
   results = {
@@ -418,6 +416,23 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
   if random_acc is not None:
     results["linear_probe_accuracy_random_init"] = random_acc
   return results, [("centralized", model.encoder)]
+
+
+def centralized_model_builder(config: ExperimentConfig, image_shape) -> Callable[[], models.SSLModel]:
+  """A builder of centralized pretraining's model: the encoder, the projector, and the SSL method's
+  predictor where it has one, with `config.head_norm`'s heads (`ssl_model.head_options`)."""
+  projector_options, predictor_options = ssl_model.head_options(config)
+  with_predictor = ssl_lib.get(config.ssl).predictor
+
+  def build() -> models.SSLModel:
+    encoder = config.build_encoder(image_shape)
+    projector = models.build_mlp_head(encoder.output_shape[-1], config.projector, name="projector",
+                                      **projector_options)
+    predictor = (models.build_mlp_head(config.projector[-1], config.predictor_sizes,
+                                       name="predictor", **predictor_options)
+                 if with_predictor else None)
+    return models.SSLModel(encoder, projector, predictor)
+  return build
 
 
 def _run_supervised(config: ExperimentConfig, train, test, output_dir: str,

@@ -32,15 +32,29 @@ def build_encoder(encoder: str, input_shape: Sequence[int], **kwargs) -> tf.kera
 
 
 class SSLModel:
-  """An encoder and the projector on top of it; SSL losses see `project(images)`."""
+  """An encoder and the projector on top of it, and a predictor on the projections where the SSL
+  method has one (BYOL, SimSiam, MoCo v3); SSL losses see `project(images)` and `predict(z)`."""
 
-  def __init__(self, encoder: tf.keras.Model, projector: tf.keras.Model):
+  def __init__(self, encoder: tf.keras.Model, projector: tf.keras.Model,
+               predictor: tf.keras.Model | None = None):
     self.encoder = encoder
     self.projector = projector
+    self.predictor = predictor
 
   @property
   def trainable_variables(self) -> list[tf.Variable]:
-    return self.encoder.trainable_variables + self.projector.trainable_variables
+    heads = self.projector.trainable_variables
+    if self.predictor is not None:
+      heads = heads + self.predictor.trainable_variables
+    return self.encoder.trainable_variables + heads
+
+  @property
+  def projection_variables(self) -> list[tf.Variable]:
+    """The encoder's and projector's weights: what a target (momentum) network averages."""
+    return self.encoder.weights + self.projector.weights
+
+  def predict(self, z: tf.Tensor, training: bool = True) -> tf.Tensor:
+    return self.predictor(z, training=training)
 
   def project(self, images: tf.Tensor, training: bool = True) -> tf.Tensor:
     return self.projector(self.encoder(images, training=training), training=training)

@@ -2,8 +2,15 @@
 
 DCCO's centralized CCO: batch 512, Adam with cosine decay from 5e-3 (CIFAR-100, Appendix B). Each step
 draws a batch from a seeded per-epoch permutation, makes two BYOL views keyed by (seed, step, example
-index), encodes both views in one forward pass (GroupNorm is per-sample, so this is exact) and applies
-the within-batch loss.
+index), encodes both views in one forward pass (GroupNorm is per-sample, so this is exact; batch
+heads normalize each view over its own images) and applies the SSL method's loss.
+
+Every SSL method of `tff_ssl.ssl` trains here, with what it carries across steps, as in its paper:
+a predictor head (BYOL, SimSiam, MoCo v3); a target (momentum) encoder + projector, started as a copy
+of the online ones and moved after each step to `target_decay` * target + (1 - target_decay) * online
+(BYOL, MoCo v2, MoCo v3), whose projections of both views are the loss's t1, t2 (no gradient); and
+MoCo's queue of `moco_queue` negative keys, zeros at the start, into which each step's t2 enters.
+The gradient reaches the online encoder, projector and predictor only.
 """
 
 from __future__ import annotations
@@ -18,14 +25,14 @@ from tff_ssl import losses as losses_lib
 from tff_ssl import optim
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.data.augment import AugmentConfig, two_views
+from tff_ssl.losses import moco as moco_loss
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.models import SSLModel
 from tff_ssl.models.layers import batch_segments
 
-# SSL methods centralized pretraining trains with: within-batch losses of the projections (no
-# predictor head, no target network).
-CENTRALIZED_SSL = tuple(name for name, m in ssl_lib.SSL_METHODS.items()
-                        if not m.predictor and not m.ema_target)
+# SSL methods centralized pretraining trains with: all of them.
+CENTRALIZED_SSL = tuple(ssl_lib.SSL_METHODS)
+DEFAULT_TARGET_DECAY = 0.99
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +44,8 @@ class PretrainConfig:
   ssl: str = "cco"  # A `tff_ssl.ssl` method of CENTRALIZED_SSL.
   cco_lambda: float = losses_lib.cco.DEFAULT_LAMBDA
   temperature: float = losses_lib.ntxent.DEFAULT_TEMPERATURE
+  target_decay: float = DEFAULT_TARGET_DECAY  # BYOL, MoCo: the target network's EMA decay a step.
+  moco_queue: int = moco_loss.DEFAULT_QUEUE  # MoCo: negative keys in the queue.
   optimizer: str = "adam"
   learning_rate: float = 5e-3
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
@@ -50,13 +59,25 @@ class PretrainConfig:
     if self.ssl not in CENTRALIZED_SSL:
       raise ValueError(f"centralized pretraining trains with ssl in {list(CENTRALIZED_SSL)}; got "
                        f"{self.ssl!r}")
+    if not 0 <= self.target_decay < 1:
+      raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
+    if self.moco_queue < 1:
+      raise ValueError(f"moco_queue must be >= 1; got {self.moco_queue}")
     if self.optimizer not in optim.OPTIMIZERS:
       raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of "
                        f"{sorted(optim.OPTIMIZERS)}")
 
+  @property
+  def method(self) -> ssl_lib.SSLMethod:
+    return ssl_lib.get(self.ssl)
+
   def loss_fn(self) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
-    """(z1, z2) -> the SSL method's loss with this config's hyperparameters."""
-    method = ssl_lib.get(self.ssl)
+    """(z1, z2) -> the SSL method's loss with this config's hyperparameters (a method whose loss
+    reads nothing but the projections: cco, simclr)."""
+    method = self.method
+    if method.predictor or method.ema_target:
+      raise ValueError(f"ssl={self.ssl!r} needs a predictor or a target network, not only z1, z2; "
+                       f"train it with `pretrain`")
     return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), self)
 
 
@@ -73,34 +94,80 @@ def batch_indices(num_examples: int, batch_size: int, seed: int) -> Iterator[np.
 
 
 def make_train_step(model: SSLModel, config: PretrainConfig,
-                    optimizer: tf.keras.optimizers.Optimizer):
-  """A compiled step (images uint8 [B,H,W,C], example ids [B], step) -> loss."""
-  loss_fn = config.loss_fn()
+                    optimizer: tf.keras.optimizers.Optimizer, target: SSLModel | None = None,
+                    queue: tf.Variable | None = None):
+  """A compiled step (images uint8 [B,H,W,C], example ids [B], step) -> loss.
+
+  `target`: the method's target network (encoder + projector, updated in place after the step);
+  `queue`: MoCo's negative keys (a variable, updated in place). Both are required where the SSL
+  method has them (`pretrain` makes them)."""
+  method = config.method
+  if method.predictor and model.predictor is None:
+    raise ValueError(f"ssl={config.ssl!r} needs a predictor head on the model")
+  if method.ema_target != (target is not None) or method.queue != (queue is not None):
+    raise ValueError(f"ssl={config.ssl!r}: pass a target network exactly when it has one "
+                     f"({method.ema_target}) and a queue exactly when it has one ({method.queue})")
+  if target is not None:
+    online_weights, target_weights = model.projection_variables, target.projection_variables
+    if [w.shape for w in online_weights] != [w.shape for w in target_weights]:
+      raise ValueError("the target network's weights do not match the online encoder + projector")
+  decay = config.target_decay
 
   @tf.function
   def train_step(images, example_ids, step):
     v1, v2 = two_views(images, tf.stack([tf.constant(config.seed, tf.int64), step]),
                        config.augment, example_ids)
+    views = tf.concat([v1, v2], axis=0)
     with tf.GradientTape() as tape:
       with batch_segments(2):  # Batch-statistics heads normalize each view over its own images.
-        z = model.project(tf.concat([v1, v2], axis=0), training=True)
+        z = model.project(views, training=True)
+        p = model.predict(z, training=True) if method.predictor else None
+        t = tf.stop_gradient(target.project(views, training=True)) if target is not None else None
       z1, z2 = tf.split(z, 2, axis=0)
-      loss = loss_fn(z1, z2)
+      p1, p2 = tf.split(p, 2, axis=0) if p is not None else (None, None)
+      t1, t2 = tf.split(t, 2, axis=0) if t is not None else (None, None)
+      loss = method.loss(ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, queue), config)
     variables = model.trainable_variables
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    if target is not None:
+      for target_weight, online_weight in zip(target_weights, online_weights):
+        target_weight.assign(decay * target_weight + (1.0 - decay) * online_weight)
+    if queue is not None:
+      queue.assign(moco_loss.enqueue(queue, t2))
     return loss
 
   return train_step
 
 
+def target_network(model: SSLModel, build: Callable[[], SSLModel]) -> SSLModel:
+  """A target network for `model`: `build()`'s encoder + projector with `model`'s weights."""
+  target = build()
+  for target_weight, online_weight in zip(target.projection_variables, model.projection_variables):
+    target_weight.assign(online_weight)
+  return SSLModel(target.encoder, target.projector)
+
+
 def pretrain(model: SSLModel, images: np.ndarray, config: PretrainConfig, *,
-             on_step: Callable[[int, float], None] | None = None) -> list[float]:
+             on_step: Callable[[int, float], None] | None = None,
+             build: Callable[[], SSLModel] | None = None) -> list[float]:
   """Trains `model` in place on uint8 `images` [N, H, W, C]; returns the loss of every step.
 
-  `on_step(step, loss)` is called after each step (progress bars, logging).
+  `on_step(step, loss)` is called after each step (progress bars, logging). `build`: makes a model
+  of `model`'s architecture, for the target network of a method that has one.
   """
+  method = config.method
+  target = None
+  if method.ema_target:
+    if build is None:
+      raise ValueError(f"ssl={config.ssl!r} has a target network: pass `build`, a builder of the "
+                       f"model's architecture")
+    target = target_network(model, build)
+  queue = None
+  if method.queue:
+    dim = model.projector.output_shape[-1]
+    queue = tf.Variable(tf.zeros([config.moco_queue, dim]), trainable=False, name="moco_queue")
   optimizer = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps)
-  train_step = make_train_step(model, config, optimizer)
+  train_step = make_train_step(model, config, optimizer, target, queue)
   batches = batch_indices(images.shape[0], config.batch_size, config.seed)
   history = []
   for step in range(config.steps):
@@ -120,7 +187,8 @@ def pretrain_config(config) -> PretrainConfig:
   """The `PretrainConfig` of an `ExperimentConfig` (validating it)."""
   return PretrainConfig(
       steps=config.steps, batch_size=config.batch_size, ssl=config.ssl,
-      cco_lambda=config.cco_lambda, temperature=config.temperature, optimizer=config.optimizer,
+      cco_lambda=config.cco_lambda, temperature=config.temperature,
+      target_decay=config.target_decay, moco_queue=config.moco_queue, optimizer=config.optimizer,
       learning_rate=config.learning_rate, augment=config.augment_config(), seed=config.seed)
 
 
