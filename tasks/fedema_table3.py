@@ -49,7 +49,7 @@ ROWS = (
 )
 
 
-def checks(table: Table, records) -> list[str]:
+def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
   """The paper's orderings on the linear probe: FedEMA >= FedU >= FedBYOL, BYOL family > FedSimSiam."""
   e = table.evaluations[0].key
   ours = {(r["row"], r["column"]): r["ours"] for r in records if r["evaluation"] == e}
@@ -61,9 +61,10 @@ def checks(table: Table, records) -> list[str]:
       a, b = ours.get((better, c.key)), ours.get((base, c.key))
       if a is None or b is None:
         continue
-      verdict = "is at least" if a >= b else "**is below**"
-      lines.append(f"{name}: {table.row(better).name} {table_report.fmt(a)} {verdict} "
-                   f"{table.row(base).name} {table_report.fmt(b)} ({100 * (a - b):+.1f} points)")
+      lines.append(gate.ordering(
+          f"{name}: {table.row(better).name} {table_report.fmt(a)} is at least "
+          f"{table.row(base).name} {table_report.fmt(b)} ({100 * (a - b):+.1f} points)",
+          [(better, c.key), (base, c.key)], a >= b))
   return lines
 
 

@@ -80,7 +80,7 @@ PAPER_HETEROGENEOUS = {
 HETERO_PAPER_ROW = {"hetero_byol": "BYOL", "hetero_foa": "FedFoA"}
 
 
-def checks(table: Table, records) -> list[str]:
+def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
   """The paper's claim, on the linear probe: FedFoA adds to each base method (Table 3) and to the
   heterogeneous clients trained alone (Tables 1-2)."""
   e = table.evaluations[0].key
@@ -91,9 +91,10 @@ def checks(table: Table, records) -> list[str]:
       a, b = ours.get((better, c.key)), ours.get((base, c.key))
       if not isinstance(a, float) or not isinstance(b, float):
         continue
-      verdict = "is above" if a > b else "**is not above**"
-      lines.append(f"{c.group}: {table.row(better).name} {table_report.fmt(a)} {verdict} "
-                   f"{table.row(base).name} {table_report.fmt(b)} ({100 * (a - b):+.1f} points)")
+      lines.append(gate.ordering(
+          f"{c.group}: {table.row(better).name} {table_report.fmt(a)} is above "
+          f"{table.row(base).name} {table_report.fmt(b)} ({100 * (a - b):+.1f} points)",
+          [(better, c.key), (base, c.key)], a > b))
   return lines
 
 

@@ -108,7 +108,7 @@ def _ssl_column(key: str, group: str, ssl: str, *, projector, temperature: float
   return Column(key, group, overrides=tuple(fields.items()), title=_SSL_NAMES[ssl])
 
 
-def checks(table: Table, records) -> list[str]:
+def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
   """The paper's claims at 100% labels: L-DAWA beats FedAvg for both SSL methods, and adding the
   layer-wise divergence to FedAvg, Loss and FedU improves them."""
   e = table.evaluations[0].key
@@ -121,9 +121,10 @@ def checks(table: Table, records) -> list[str]:
       a, b = ours.get((better, c.key)), ours.get((base, c.key))
       if a is None or b is None:
         continue
-      verdict = "beats" if a > b else "**does not beat**"
-      lines.append(f"{name}: {table.row(better).name} {table_report.fmt(a)} {verdict} "
-                   f"{table.row(base).name} {table_report.fmt(b)} ({100 * (a - b):+.1f} points)")
+      lines.append(gate.ordering(
+          f"{name}: {table.row(better).name} {table_report.fmt(a)} beats "
+          f"{table.row(base).name} {table_report.fmt(b)} ({100 * (a - b):+.1f} points)",
+          [(better, c.key), (base, c.key)], a > b))
   return lines
 
 

@@ -70,26 +70,26 @@ PAPER_LINEAR = {
 }
 
 
-def checks(table: Table, records) -> list[str]:
+def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
   """The paper's claims on the linear probe: LW-FedSSL comparable to FedMoCo (its gaps over the four
   evaluation datasets: +1.2, -2.6, +0.6, -3.3 points, so "within 3.3 points") and above FedMoCo-LW;
-  Prog-FedSSL above FedMoCo."""
+  Prog-FedSSL above FedMoCo; each tested where both rows pass the gate."""
   e = table.evaluations[0].key
-  ours = {r["row"]: r["ours"] for r in records if r["evaluation"] == e}
+  ours = {r["row"]: (r["ours"], r["column"]) for r in records if r["evaluation"] == e}
   lines = []
   for better, base, claim in (("lw_fedssl", "fedmoco_lw", "above"), ("lw_fedssl", "fedmoco", "close"),
                               ("prog_fedssl", "fedmoco", "above")):
-    a, b = ours.get(better), ours.get(base)
+    (a, ca), (b, cb) = ours.get(better, (None, "")), ours.get(base, (None, ""))
     if a is None or b is None:
       continue
     gap = 100 * (a - b)
     if claim == "above":
-      verdict = "is above" if a > b else "**is not above**"
+      words, holds = "is above", a > b
     else:
-      verdict = ("is within 3.3 points of" if abs(gap) <= 3.3 else
-                 "**is not within 3.3 points of**")
-    lines.append(f"{table.row(better).name} {table_report.fmt(a)} {verdict} "
-                 f"{table.row(base).name} {table_report.fmt(b)} ({gap:+.1f} points)")
+      words, holds = "is within 3.3 points of", abs(gap) <= 3.3
+    lines.append(gate.ordering(f"{table.row(better).name} {table_report.fmt(a)} {words} "
+                               f"{table.row(base).name} {table_report.fmt(b)} ({gap:+.1f} points)",
+                               [(better, ca), (base, cb)], holds))
   return lines
 
 

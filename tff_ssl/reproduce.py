@@ -99,10 +99,12 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
 
 
 def _evaluations(table: Table, config) -> Callable:
-  """The table's evaluations other than the cell's own primary linear probe."""
+  """The table's evaluations other than the one the cell's run makes itself (its LARS probe, where
+  that is the main probe)."""
+  after = table.evaluations[1:] if table.in_run_main else table.evaluations
+
   def evaluate(encoder, train, test) -> dict[str, float]:
-    return {e.key: evaluation.evaluate(encoder, train, test, e.protocol)
-            for e in table.evaluations[1:]}
+    return {e.key: evaluation.evaluate(encoder, train, test, e.protocol) for e in after}
   return evaluate
 
 
@@ -213,8 +215,9 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
                                                         timing).items() if k in chosen}
       bar.set_description("random init")
       base = baselines(table, output_dir)
-      # A linear probe: the curves' round 0.
-      random_acc = base[table.evaluations[0].key]["random_init"]
+      # The runs' own LARS probe: the curves' round 0.
+      curve = table.curve_evaluation
+      random_acc = base[curve.key]["random_init"] if curve is not None else None
       bar.update(1)
       num_train = None
       for cell in todo:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 from typing import Any
@@ -20,7 +21,7 @@ def cell_accuracy(table: Table, result: dict[str, Any], evaluation_key: str) -> 
   """The cell's number for one evaluation: a fraction in [0, 1], or FAILED."""
   if "failed" in result:
     return FAILED
-  if evaluation_key == table.evaluations[0].key:
+  if evaluation_key == table.evaluations[0].key and table.in_run_main:
     return float(result["linear_probe_accuracy_pretrained"])
   return float(result["evaluations"][evaluation_key])
 
@@ -109,6 +110,97 @@ def beats_raw_pixels(table: Table, records, evaluation_key: str, raw_pixels: flo
           + (f" (best {fmt(max(ours))} vs {fmt(raw_pixels)})." if ours else "."))
 
 
+# The gate (issue 31): a paper's ordering is tested only between cells whose encoders clear both
+# baselines on the table's main probe, at every gate evaluation (each label-subset seed).
+GATE_OVER_RAW_PIXELS = 0.01  # >= 1 point above the raw-pixel linear classifier,
+GATE_OVER_RANDOM_INIT = 0.10  # and >= 10 points above the encoder at its initialization.
+GOAL_OVER_RAW_PIXELS = 0.03  # What the regime aims at.
+MIN_GATE_SEEDS = 2  # Label-subset seeds the gate needs.
+UNTESTED = "untested: below the baselines"
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+  """Which cells clear the baselines. `margins[(row, column)]`: {evaluation key: (points over raw
+  pixels, points over random init)}, fractions, for each gate evaluation the cell has; `problem`:
+  why no cell can pass (missing baselines, too few label seeds), or ""."""
+
+  evaluations: tuple[str, ...]
+  margins: dict
+  problem: str = ""
+
+  def passes(self, row: str, column: str) -> bool:
+    if self.problem:
+      return False
+    m = self.margins.get((row, column), {})
+    return len(m) == len(self.evaluations) and all(
+        raw >= GATE_OVER_RAW_PIXELS - 1e-9 and rnd >= GATE_OVER_RANDOM_INIT - 1e-9
+        for raw, rnd in m.values())
+
+  def why_not(self, row: str, column: str) -> str:
+    """Why the cell does not pass (for a check's line)."""
+    if self.problem:
+      return self.problem
+    m = self.margins.get((row, column), {})
+    if len(m) < len(self.evaluations):
+      return "not run on every gate evaluation"
+    raws = ", ".join(f"{100 * raw:+.1f}" for raw, _ in m.values())
+    rnds = ", ".join(f"{100 * rnd:+.1f}" for _, rnd in m.values())
+    return f"over raw pixels {raws}, over random init {rnds} points"
+
+  def ordering(self, text: str, cells, holds: bool) -> str:
+    """A check's line: `text` and "holds" / "**fails**" when every cell of `cells` ((row, column)
+    pairs) passes the gate; else the ordering is untested, with the first failing cell's margins."""
+    failing = [(r, c) for r, c in cells if not self.passes(r, c)]
+    if not failing:
+      return f"{text} — {'holds' if holds else '**fails**'}"
+    row, column = failing[0]
+    return f"{text} — {UNTESTED} ({row}: {self.why_not(row, column)})"
+
+
+def gate(table: Table, records, baselines) -> Gate:
+  """The gate of a table's pretrained cells on its main probe (`table.gate_evaluations`, default the
+  first evaluation), against the raw-pixel and random-init rows of the same evaluation."""
+  keys = tuple(table.gate_evaluations) or (table.evaluations[0].key,)
+  problem = ""
+  missing = [k for k in keys if k not in (baselines or {})]
+  if missing:
+    problem = f"no baselines for {missing[0]}"
+  elif len(keys) < MIN_GATE_SEEDS:
+    problem = (f"the main probe at {len(keys)} label seed; the gate needs {MIN_GATE_SEEDS}")
+  margins: dict = {}
+  for rec in records:
+    if rec["evaluation"] in keys and rec["ours"] is not None and not problem:
+      base = baselines[rec["evaluation"]]
+      margins.setdefault((rec["row"], rec["column"]), {})[rec["evaluation"]] = (
+          rec["ours"] - base["raw_pixels"], rec["ours"] - base["random_init"])
+  return Gate(keys, margins, problem)
+
+
+def gate_lines(table: Table, g: Gate) -> list[str]:
+  """The gate section: each pretrained cell's margins and whether it passes."""
+  names = {r.key: r.name for r in table.rows}
+  labels = {c.key: f"{c.group} {c.label}".strip() for c in table.columns}
+  lines = [f"A cell passes when it is >= {100 * GATE_OVER_RAW_PIXELS:.0f} point above raw pixels "
+           f"and >= {100 * GATE_OVER_RANDOM_INIT:.0f} above random init on every gate evaluation "
+           f"({', '.join(g.evaluations)}); the goal is raw pixels + "
+           f"{100 * GOAL_OVER_RAW_PIXELS:.0f}. An ordering is tested only between cells that pass."]
+  if g.problem:
+    return lines + [f"No cell can pass: {g.problem}; every ordering is {UNTESTED}."]
+  lines += ["", "| cell | over raw pixels (points) | over random init (points) | gate |",
+            "|---|---|---|---|"]
+  for (row, column), m in g.margins.items():
+    if len(m) < len(g.evaluations):
+      continue
+    raws = [raw for raw, _ in m.values()]
+    verdict = ("passes" + (", goal met" if min(raws) >= GOAL_OVER_RAW_PIXELS - 1e-9 else "")
+               if g.passes(row, column) else "**fails**")
+    where = f"{names.get(row, row)}" + (f", {labels.get(column, column)}" if column else "")
+    lines.append(f"| {where} | {', '.join(f'{100 * v:+.1f}' for v in raws)} | "
+                 f"{', '.join(f'{100 * rnd:+.1f}' for _, rnd in m.values())} | {verdict} |")
+  return lines
+
+
 def margins_over_raw_pixels(table: Table, records, evaluation_key: str, raw_pixels: float) -> str:
   """One line: each pooled-data pretraining row (centralized: the bound the federated rows work
   under) against the raw-pixel row, in points; empty when the table has none."""
@@ -187,8 +279,11 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
       w(f"- {n}\n")
     for n in notes:
       w(f"- {n}\n")
+  g = gate(table, records, baselines)
+  w("\n## Gate\n\n")
+  w("\n".join(gate_lines(table, g)) + "\n")
   w("\n## Checks\n\n")
-  for line in (table.checks(table, records) if table.checks else []):
+  for line in (table.checks(table, records, g) if table.checks else []):
     w(f"- {line}\n")
   if appendix:
     w(f"\n{appendix.rstrip()}\n")
@@ -243,7 +338,8 @@ def plot(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=No
     ax.grid(alpha=0.3)
   for ax in axes.flat[n:]:
     ax.axis("off")
-  axes[0][0].set_ylabel(f"linear probe, % ({table.evaluations[0].name})", fontsize=8)
+  curve_name = table.curve_evaluation.name if table.curve_evaluation is not None else "LARS"
+  axes[0][0].set_ylabel(f"linear probe, % ({curve_name})", fontsize=8)
   handles, labels = {}, {}
   for ax in axes.flat:
     for h, l in zip(*ax.get_legend_handles_labels()):
@@ -286,7 +382,8 @@ def write(table: Table, output_dir: str, todo, skipped, results, choices, random
   rundir.write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())
   md = _markdown(table, records, choices, random_acc, timing, baselines, appendix)
   rundir.write_atomic(os.path.join(output_dir, "table.md"), md)
-  raw = (baselines or {}).get(table.evaluations[0].key, {}).get("raw_pixels")
+  curve_key = table.curve_evaluation.key if table.curve_evaluation is not None else None
+  raw = (baselines or {}).get(curve_key, {}).get("raw_pixels")
   png = plot(table, output_dir, todo, results, random_acc, raw)
   return {"records": records, "table_md": os.path.join(output_dir, "table.md"),
           "table_csv": os.path.join(output_dir, "table.csv"), "curves_png": png}

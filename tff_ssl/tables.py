@@ -103,6 +103,10 @@ class Row:
     return None
 
 
+# What a table's first evaluation, its main probe, may be: the ordering checks and the gate read it.
+MAIN_PROBES = (evaluation.LinearProbeConfig, evaluation.TunedLinearProbeConfig)
+
+
 @dataclasses.dataclass(frozen=True)
 class Evaluation:
   key: str
@@ -149,6 +153,9 @@ class Table:
   # table); the files it writes go in the output folder.
   appendix: Callable[["Table", str], str] | None = None
   column_heading: str = "total clients / samples per client / clients per round"
+  # The evaluations the gate reads (`table_report.gate`): the main probe at each label-subset seed;
+  # () reads the first evaluation alone.
+  gate_evaluations: tuple[str, ...] = ()
 
   def __post_init__(self):
     keys = [r.key for r in self.rows]
@@ -163,9 +170,13 @@ class Table:
     if self.selection_column not in {c.key for c in self.columns}:
       raise ValueError(f"table {self.name}: selection column {self.selection_column!r} is not one of "
                        f"{[c.key for c in self.columns]}")
+    unknown = sorted(set(self.gate_evaluations) - {e.key for e in self.evaluations})
+    if unknown:
+      raise ValueError(f"table {self.name}: gate evaluation {unknown[0]!r} is not an evaluation")
     first = self.evaluations[0].protocol
-    if not isinstance(first, evaluation.LinearProbeConfig):
-      raise ValueError(f"table {self.name}: the first evaluation must be the linear probe")
+    if not isinstance(first, MAIN_PROBES):
+      raise ValueError(f"table {self.name}: the first evaluation must be a linear probe (LARS or "
+                       f"tuned); got {type(first).__name__}")
 
   @property
   def piloted_rows(self) -> tuple[Row, ...]:
@@ -178,10 +189,25 @@ class Table:
   def column(self, key: str) -> Column:
     return next(c for c in self.columns if c.key == key)
 
+  @property
+  def curve_evaluation(self) -> "Evaluation | None":
+    """The LARS linear probe a run makes itself (its curves, its pilots' score): the first
+    evaluation, or where the main probe is the tuned one, the first LARS probe of the table."""
+    return next((e for e in self.evaluations
+                 if isinstance(e.protocol, evaluation.LinearProbeConfig)), None)
+
+  @property
+  def in_run_main(self) -> bool:
+    """Whether the main probe is the run's own LARS probe (else an evaluation after the run)."""
+    return isinstance(self.evaluations[0].protocol, evaluation.LinearProbeConfig)
+
   def cell_config(self, row: Row, column: Column | None, learning_rate: float | None = None
                   ) -> ExperimentConfig:
-    """The run of `row` in `column` (None for rows without columns), reporting the primary probe."""
-    probe = self.evaluations[0].protocol
+    """The run of `row` in `column` (None for rows without columns): its own probe (curves, pilots)
+    is the table's LARS probe, the main one or the first LARS one (default settings if none)."""
+    curve = self.curve_evaluation
+    probe = curve.protocol if curve is not None else evaluation.LinearProbeConfig(
+        label_fraction=self.evaluations[0].label_fraction)
     fields = dict(eval_label_fraction=probe.label_fraction, eval_steps=probe.steps,
                   eval_learning_rate=probe.learning_rate, eval_every=self.curve_every)
     if learning_rate is None and len(row.learning_rates) == 1:

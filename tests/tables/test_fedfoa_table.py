@@ -14,6 +14,7 @@ import tensorflow_federated as tff
 
 import tasks
 from tasks import fedfoa_table
+from tests.tables import gates
 from tff_ssl import reproduce
 from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
@@ -60,12 +61,12 @@ def test_checks_are_the_papers_claim():
           "fedema_foa": 0.64, "hetero_byol": 0.50, "hetero_foa": 0.55}
   records = [{"evaluation": "linear_100", "row": r, "column": "fashion_mnist", "ours": v}
              for r, v in ours.items()]
-  assert table.checks(table, records) == [
-      "Fashion-MNIST: FedBYOL + FedFoA 62.0 is above FedBYOL 60.0 (+2.0 points)",
-      "Fashion-MNIST: FedU + FedFoA 60.0 **is not above** FedU 61.0 (-1.0 points)",
-      "Fashion-MNIST: FedEMA + FedFoA 64.0 is above FedEMA 63.0 (+1.0 points)",
+  assert table.checks(table, records, gates.passing(records)) == [
+      "Fashion-MNIST: FedBYOL + FedFoA 62.0 is above FedBYOL 60.0 (+2.0 points) — holds",
+      "Fashion-MNIST: FedU + FedFoA 60.0 is above FedU 61.0 (-1.0 points) — **fails**",
+      "Fashion-MNIST: FedEMA + FedFoA 64.0 is above FedEMA 63.0 (+1.0 points) — holds",
       "Fashion-MNIST: FedFoA (heterogeneous) 55.0 is above BYOL (alone, heterogeneous) 50.0 "
-      "(+5.0 points)"]
+      "(+5.0 points) — holds"]
 
 
 @pytest.mark.parametrize("rows", [fedfoa_table.HOMOGENEOUS, fedfoa_table.HETEROGENEOUS],

@@ -10,6 +10,7 @@ import pytest
 
 import tasks
 from tasks import ldawa_table2
+from tests.tables import gates
 from tff_ssl import reproduce, table_report
 from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
@@ -90,11 +91,13 @@ def test_checks_on_hand_made_numbers():
                                    ("ldawa_loss", "simclr"): 0.61, ("fedu", "simclr"): 0.66,
                                    ("ldawa_fedu", "simclr"): 0.66,
                                    ("fedavg", "barlow_twins"): 0.65}.items()]
-  lines = table.checks(table, records)
-  assert lines[0] == ("Fashion-MNIST SimCLR: L-DAWA 72.0 beats FedAvg 70.0 (+2.0 points)")
-  assert lines[1].startswith("Fashion-MNIST SimCLR: L-DAWA_FedAvg 69.0 **does not beat** FedAvg")
-  assert lines[2].endswith("(+1.0 points)")
-  assert lines[3] == "Fashion-MNIST SimCLR: L-DAWA_FedU 66.0 **does not beat** FedU 66.0 (+0.0 points)"
+  lines = table.checks(table, records, gates.passing(records))
+  assert lines[0] == ("Fashion-MNIST SimCLR: L-DAWA 72.0 beats FedAvg 70.0 (+2.0 points) — holds")
+  assert lines[1].startswith("Fashion-MNIST SimCLR: L-DAWA_FedAvg 69.0 beats FedAvg")
+  assert lines[1].endswith("— **fails**")
+  assert lines[2].endswith("(+1.0 points) — holds")
+  assert lines[3] == ("Fashion-MNIST SimCLR: L-DAWA_FedU 66.0 beats FedU 66.0 (+0.0 points) — "
+                      "**fails**")
   assert len(lines) == 4  # Barlow Twins has no L-DAWA result yet.
 
 

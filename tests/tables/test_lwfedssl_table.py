@@ -11,6 +11,7 @@ import pytest
 
 import tasks
 from tasks import lwfedssl_table
+from tests.tables import gates
 from tff_ssl import benchmark, experiment, reproduce
 from tff_ssl.federated import layerwise, runner
 from tests.tables import paper_smoke
@@ -65,10 +66,16 @@ def test_checks_are_the_papers_claims():
           "lw_fedssl": 0.66}
   records = [{"evaluation": "linear_100", "row": r, "column": "fashion_mnist", "ours": v}
              for r, v in ours.items()]
-  assert table.checks(table, records) == [
-      "LW-FedSSL 66.0 is above FedMoCo-LW 60.0 (+6.0 points)",
-      "LW-FedSSL 66.0 **is not within 3.3 points of** FedMoCo 70.0 (-4.0 points)",
-      "Prog-FedSSL 69.0 **is not above** FedMoCo 70.0 (-1.0 points)"]
+  assert table.checks(table, records, gates.passing(records)) == [
+      "LW-FedSSL 66.0 is above FedMoCo-LW 60.0 (+6.0 points) — holds",
+      "LW-FedSSL 66.0 is within 3.3 points of FedMoCo 70.0 (-4.0 points) — **fails**",
+      "Prog-FedSSL 69.0 is above FedMoCo 70.0 (-1.0 points) — **fails**"]
+  # Below the baselines, an ordering is not tested.
+  lines = table.checks(table, records, gates.passing(records, but=[("fedmoco_lw", "fashion_mnist")]))
+  assert lines[0] == ("LW-FedSSL 66.0 is above FedMoCo-LW 60.0 (+6.0 points) — untested: below the "
+                      "baselines (fedmoco_lw: over raw pixels +5.0, +0.5, over random init +20.0, "
+                      "+20.0 points)")
+  assert lines[1].endswith("**fails**")
 
 
 def test_paper_rows_run_two_rounds():

@@ -8,7 +8,8 @@ import pytest
 
 import tasks
 from tasks import dcco_table1
-from tff_ssl import reproduce, table_report, tables
+from tests.tables import gates
+from tff_ssl import evaluation, reproduce, table_report, tables
 
 
 @pytest.mark.parametrize("scale", ["mini", "paper"])
@@ -116,11 +117,16 @@ def test_report_of_hand_made_results(tmp_path):
   assert "| Centralized contrastive | **74.0** |" in md
   assert ("| Centralized contrastive | learning_rate = 0.005 | Contrastive + FedAvg's choice"
           in md)
-  lines = table.checks(table, table_report.collect(table, todo, skipped, results))
-  assert "non-IID 60,000 / 1 / 128: centralized CCO − DCCO = +2.0 points (within 3)" in lines
-  assert ("non-IID 15,000 / 4 / 32: DCCO 70.0 vs CCO + FedAvg failed, Contrastive + FedAvg 62.0 — "
-          "DCCO beats every FedAvg variant") in lines
-  assert any("7,500 / 8 / 16" in l and "does not beat" in l for l in lines)
+  records = table_report.collect(table, todo, skipped, results)
+  lines = table.checks(table, records, gates.passing(records))
+  assert "non-IID 60,000 / 1 / 128: centralized CCO − DCCO = +2.0 points, within 3 — holds" in lines
+  assert ("non-IID 15,000 / 4 / 32: DCCO 70.0 beats every FedAvg variant (CCO + FedAvg failed, "
+          "Contrastive + FedAvg 62.0) — holds") in lines
+  assert any("7,500 / 8 / 16" in l and l.endswith("**fails**") for l in lines)
+  # Written without baselines, the table can test nothing: every check says so.
+  assert "No cell can pass: no baselines for linear_10; every ordering is untested" in md
+  assert "DCCO 70.0 beats every FedAvg variant (CCO + FedAvg failed, Contrastive + FedAvg 62.0) — " \
+         "untested: below the baselines (dcco: no baselines for linear_10)" in md
   assert os.path.getsize(out["curves_png"]) > 1000
   assert "Run time: 12.0 min over 2 invocation(s)" in md
 
@@ -229,3 +235,38 @@ def test_mini_regime_study_changes_one_thing_per_row():
       differ = {f.name for f in dataclasses.fields(config)
                 if getattr(config, f.name) != getattr(ref, f.name)}
       assert differ == set(changed), key
+
+
+def test_gate_on_hand_made_numbers():
+  """The gate's margins and verdicts from hand-made records and baselines: >= 1 point over raw
+  pixels and >= 10 over random init at both label seeds; the goal is raw + 3."""
+  table = dataclasses.replace(
+      dcco_table1.mini(), evaluations=(
+          tables.Evaluation("s0", "tuned, seed 0", evaluation.TunedLinearProbeConfig(seed=0)),
+          tables.Evaluation("s1", "tuned, seed 1", evaluation.TunedLinearProbeConfig(seed=1))),
+      gate_evaluations=("s0", "s1"))
+  baselines = {"s0": {"raw_pixels": 0.80, "random_init": 0.60},
+               "s1": {"raw_pixels": 0.82, "random_init": 0.61}}
+  ours = {("dcco", "noniid_1"): (0.84, 0.86),  # +4, +4: passes, goal met.
+          ("dcco", "noniid_4"): (0.815, 0.835),  # +1.5, +1.5: passes.
+          ("fedavg_cco", "noniid_4"): (0.82, 0.825),  # +2, +0.5: fails at seed 1.
+          ("centralized_cco", ""): (0.81, 0.83)}  # +1, +1: passes (at the bound).
+  records = [{"evaluation": e, "row": r, "column": c, "ours": v[i]}
+             for (r, c), v in ours.items() for i, e in enumerate(("s0", "s1"))]
+  g = table_report.gate(table, records, baselines)
+  assert [g.passes(*cell) for cell in ours] == [True, True, False, True]
+  assert g.margins[("fedavg_cco", "noniid_4")]["s1"] == pytest.approx((0.005, 0.215))
+  assert not g.passes("dcco", "iid_4")  # No numbers: not passing.
+  text = "\n".join(table_report.gate_lines(table, g))
+  assert "| DCCO, non-IID 60,000 / 1 / 128 | +4.0, +4.0 | +24.0, +25.0 | passes, goal met |" in text
+  assert "| CCO + FedAvg, non-IID 15,000 / 4 / 32 | +2.0, +0.5 | +22.0, +21.5 | **fails** |" in text
+  assert "| Centralized CCO | +1.0, +1.0 | +21.0, +22.0 | passes |" in text
+  # One label seed, or a missing baseline: nothing passes, and the gate says why.
+  one_seed = table_report.gate(dataclasses.replace(table, gate_evaluations=("s0",)), records,
+                               baselines)
+  assert not one_seed.passes("dcco", "noniid_1")
+  assert one_seed.problem == "the main probe at 1 label seed; the gate needs 2"
+  no_base = table_report.gate(table, records, {"s0": baselines["s0"]})
+  assert no_base.problem == "no baselines for s1" and not no_base.passes("dcco", "noniid_1")
+  with pytest.raises(ValueError, match="gate evaluation 'nope' is not an evaluation"):
+    dataclasses.replace(table, gate_evaluations=("s0", "nope"))
