@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import io
 import json
 import math
 import os
@@ -404,6 +405,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
     history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step, build=build)
   pretrained_acc = evaluation.linear_probe(model.encoder, train, test, probe)
   save_encoder(output_dir, model.encoder)
+  save_heads(output_dir, model)
   results = {
       "method": config.method,
       "dataset": config.dataset,
@@ -456,6 +458,21 @@ def save_encoder(output_dir: str, encoder: tf.keras.Model) -> None:
   """Saves a centralized run's encoder weights as tff.program state (what bin/evaluate loads)."""
   manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"))
   asyncio.run(manager.save({"encoder_weights": encoder.get_weights()}, version=1))
+
+
+HEADS_FILE = "heads.npz"
+
+
+def save_heads(output_dir: str, model: models.SSLModel) -> None:
+  """Saves a centralized run's projector (and predictor) weights beside its encoder, as
+  `heads.npz` (projector_0, ..., predictor_0, ...): what the projections' statistics are read
+  from (`tools/representation_stats.py --projections`). The probes never use them."""
+  arrays = {f"projector_{i}": w for i, w in enumerate(model.projector.get_weights())}
+  if model.predictor is not None:
+    arrays.update({f"predictor_{i}": w for i, w in enumerate(model.predictor.get_weights())})
+  buffer = io.BytesIO()
+  np.savez(buffer, **arrays)
+  rundir.write_atomic(os.path.join(output_dir, HEADS_FILE), buffer.getvalue())
 
 
 def load_config(run_dir: str) -> ExperimentConfig:

@@ -126,11 +126,11 @@ def write_hparams(config, output_dir: str) -> None:
   write_atomic(os.path.join(output_dir, "hparams.json"), hparams_json(config))
 
 
-def write_atomic(path: str, text: str) -> None:
-  """Writes `text` to `path` whole or not at all (a temporary file renamed into place)."""
+def write_atomic(path: str, text: str | bytes) -> None:
+  """Writes `text` (or bytes) to `path` whole or not at all (a temporary file renamed into place)."""
   fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
   try:
-    with os.fdopen(fd, "w") as f:
+    with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
       f.write(text)
     os.replace(tmp, path)
   except BaseException:
