@@ -11,6 +11,9 @@ the features use), the same effective rank of the standardized features (each di
 unit variance, as the linear probe sees them) and the largest direction's share of their variance,
 the loss in the first and last round and, for cells with stateful clients, the
 range over clients of the last stored divergence d, mu and lambda_k (`tff_ssl.federated.fedssl`).
+For centralized cells, which save their heads (`heads.npz`), the projections of the same images too:
+the per-dimension std of the l2-normalized projections times sqrt(d) (1: spread over every dimension;
+0: collapsed to one point, the measure of BYOL's and SimSiam's papers) and their effective rank.
 """
 
 import glob
@@ -31,6 +34,7 @@ from tff_ssl import data as data_lib  # noqa: E402
 from tff_ssl import experiment  # noqa: E402
 from tff_ssl.data.augment import to_float  # noqa: E402
 from tff_ssl.federated import client_state  # noqa: E402
+from tff_ssl.models.layers import batch_segments  # noqa: E402
 
 NUM_IMAGES = 1000
 
@@ -76,6 +80,26 @@ def state_ranges(run: str) -> str:
                    for label, name in (("d", "divergence"), ("μ", "mu"), ("λ_k", "scale")))
 
 
+def projection_stats(run: str, config, image_shape, features: tf.Tensor
+                     ) -> tuple[float, float] | None:
+  """(mean per-dimension std of the l2-normalized projections x sqrt(d), their effective rank) of
+  `features` through the run's saved projector; None when the run saved no heads. Batch heads
+  normalize over the images given (one batch)."""
+  path = os.path.join(run, experiment.HEADS_FILE)
+  if not os.path.exists(path):
+    return None
+  saved = np.load(path)
+  model = experiment.centralized_model_builder(config, image_shape)()
+  model.projector.set_weights([saved[f"projector_{i}"]
+                               for i in range(len(model.projector.get_weights()))])
+  with batch_segments(1):
+    z = model.projector(features, training=True).numpy().astype(np.float64)
+  unit = z / np.linalg.norm(z, axis=1, keepdims=True)
+  spread = float(unit.std(axis=0).mean() * np.sqrt(z.shape[1]))
+  p = _spectrum(z - z.mean(0))
+  return spread, float(np.exp(-np.sum(p * np.log(p + 1e-12))))
+
+
 def main(out: str) -> None:
   runs = sorted(os.path.dirname(p) for p in glob.glob(os.path.join(out, "cells", "*", "*",
                                                                    "results.json")))
@@ -83,13 +107,14 @@ def main(out: str) -> None:
     raise SystemExit(f"{out} has no finished cells (cells/ROW/COLUMN/results.json); pass a "
                      f"bin/reproduce --output_dir")
   print("| cell | mean pairwise cosine | effective rank | standardized: effective rank | "
-        "largest share | loss, first round | loss, last round | client states (last) |")
-  print("|---|---|---|---|---|---|---|---|")
+        "largest share | loss, first round | loss, last round | client states (last) | "
+        "projections: std x sqrt(d) | projections: effective rank |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for i, run in enumerate(runs):
     try:
       config, encoder = experiment.load_encoder(run)
     except ValueError as e:  # A heterogeneous run: one encoder per architecture, none global.
-      print(f"| {os.path.relpath(run, os.path.join(out, 'cells'))} | not measured: {e} |||||||")
+      print(f"| {os.path.relpath(run, os.path.join(out, 'cells'))} | not measured: {e} |||||||||")
       continue
     test = data_lib.load(config.dataset, "test", data_dir=config.data_dir)
     x = to_float(test.images[:NUM_IMAGES])
@@ -97,13 +122,19 @@ def main(out: str) -> None:
       tf.keras.utils.set_random_seed(config.seed)
       cosine, rank, zrank, share = feature_stats(
           config.build_encoder(test.image_shape)(x, training=False))
-      print(f"| at initialization | {cosine:.3f} | {rank:.1f} | {zrank:.1f} | {share:.2f} | | | |")
-    cosine, rank, zrank, share = feature_stats(encoder(x, training=False))
+      print(f"| at initialization | {cosine:.3f} | {rank:.1f} | {zrank:.1f} | {share:.2f} | | | | "
+            f"| |")
+    features = encoder(x, training=False)
+    cosine, rank, zrank, share = feature_stats(features)
+    projections = projection_stats(run, config, test.image_shape, features)
+    projected = (f"{projections[0]:.3f} | {projections[1]:.1f}" if projections is not None else
+                 " | ")
     with open(os.path.join(run, "metrics.csv")) as f:
       losses = [line.split(",")[1] for line in f.read().splitlines()[1:]]
     print(f"| {os.path.relpath(run, os.path.join(out, 'cells'))} | {cosine:.3f} | {rank:.1f} | "
           f"{zrank:.1f} | {share:.2f} | "
-          f"{float(losses[0]):.4g} | {float(losses[-1]):.4g} | {state_ranges(run)} |")
+          f"{float(losses[0]):.4g} | {float(losses[-1]):.4g} | {state_ranges(run)} | "
+          f"{projected} |")
 
 
 if __name__ == "__main__":
