@@ -27,18 +27,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from tff_ssl import evaluation
+from tff_ssl import evaluation, tables
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.tables import Column, Evaluation, Row, Table
 
 NAME = "centralized_gate"
 TITLE = "The centralized gate: every SSL loss, group or batch heads, vs raw pixels (tuned probe)"
 
-EVALUATIONS = (
-    Evaluation("tuned_10_s0", "Tuned linear probe, 10% labels, label seed 0",
-               evaluation.TunedLinearProbeConfig(label_fraction=0.1, seed=0)),
-    Evaluation("tuned_10_s1", "Tuned linear probe, 10% labels, label seed 1",
-               evaluation.TunedLinearProbeConfig(label_fraction=0.1, seed=1)),
+EVALUATIONS = tables.TUNED_10_TWO_SEEDS + (
     Evaluation("tuned_1_s0", "Tuned linear probe, 1% labels, label seed 0",
                evaluation.TunedLinearProbeConfig(label_fraction=0.01, seed=0)),
     Evaluation("tuned_1_s1", "Tuned linear probe, 1% labels, label seed 1",
@@ -48,7 +44,7 @@ EVALUATIONS = (
                                             optimizer="lars", learning_rate=2.0)),
 )
 # The gate reads the main probe at both label seeds.
-GATE_EVALUATIONS = ("tuned_10_s0", "tuned_10_s1")
+GATE_EVALUATIONS = tables.TUNED_GATE
 
 # (key, name, fields of the loss).
 LOSSES = (

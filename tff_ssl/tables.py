@@ -128,6 +128,20 @@ LINEAR_AND_KNN_100 = (
 )
 
 
+# The tuned linear probe at 10% of the labels and two label-subset seeds: the main probe of the tables
+# rerun in the mini regime, and what their gate reads (issue 31; `table_report.gate`).
+TUNED_10_TWO_SEEDS = (
+    Evaluation("tuned_10_s0", "Tuned linear probe, 10% labels, label seed 0",
+               evaluation.TunedLinearProbeConfig(label_fraction=0.1, seed=0)),
+    Evaluation("tuned_10_s1", "Tuned linear probe, 10% labels, label seed 1",
+               evaluation.TunedLinearProbeConfig(label_fraction=0.1, seed=1)),
+)
+TUNED_GATE = tuple(e.key for e in TUNED_10_TWO_SEEDS)
+# The FedSSL tables' evaluations: the tuned probe (main), then the LARS probe and the FedEMA authors'
+# kNN monitor on every label (beside which the papers' numbers stand).
+TUNED_LINEAR_AND_KNN_100 = TUNED_10_TWO_SEEDS + LINEAR_AND_KNN_100
+
+
 @dataclasses.dataclass(frozen=True)
 class Table:
   """One paper table at one scale. `paper[(evaluation, row, column)]`: the published number (percent)
