@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""The centralized gate on several testbeds, side by side (docs/mini_regime.md, "The centralized gate").
+Reads `bin/reproduce --table=centralized_gate` output folders (one per testbed: their table.csv, with
+the raw-pixel and random-init rows); writes nothing; prints a Markdown table: each row's tuned probe at
+10% labels (label seeds 0 / 1), its margins over raw pixels, and whether it passes the gate, per testbed.
+
+  .venv/bin/python tools/gate_summary.py runs/gate_fmnist runs/gate_shifted
+"""
+
+import csv
+import os
+import sys
+
+GATE = ("tuned_10_s0", "tuned_10_s1")
+OVER_RAW, OVER_RANDOM, GOAL = 1.0, 10.0, 3.0  # Points (table_report's gate).
+
+
+def read(folder: str) -> tuple[dict, dict]:
+  """({row: {evaluation: percent}}, {baseline row: {evaluation: percent}}) of a table.csv."""
+  path = os.path.join(folder, "table.csv")
+  if not os.path.exists(path):
+    raise SystemExit(f"{folder} has no table.csv; pass bin/reproduce --table=centralized_gate "
+                     f"output folders")
+  rows, baselines = {}, {}
+  with open(path) as f:
+    for rec in csv.DictReader(f):
+      if rec["ours"] == "":
+        continue
+      target = baselines if rec["row"] in ("raw_pixels", "random_init") else rows
+      target.setdefault(rec["row"], {})[rec["evaluation"]] = float(rec["ours"])
+  return rows, baselines
+
+
+def verdict(margins_raw, margins_random) -> str:
+  if min(margins_raw) >= OVER_RAW and min(margins_random) >= OVER_RANDOM:
+    return "passes" + (", goal" if min(margins_raw) >= GOAL else "")
+  return "**fails**"
+
+
+def main(folders) -> None:
+  tables = [(os.path.basename(os.path.normpath(f)), *read(f)) for f in folders]
+  keys = list(dict.fromkeys(k for _, rows, _ in tables for k in rows))
+  header = "| row | " + " | ".join(
+      f"{name}: tuned 10% (seeds 0 / 1) | over raw pixels | gate" for name, _, _ in tables) + " |"
+  print(header)
+  print("|---" * (1 + 3 * len(tables)) + "|")
+  for base in ("raw_pixels", "random_init"):
+    cells = []
+    for _, _, baselines in tables:
+      b = baselines.get(base, {})
+      cells += [" / ".join(f"{b[k]:.1f}" for k in GATE if k in b), "", ""]
+    print(f"| *{base.replace('_', ' ')}* | " + " | ".join(cells) + " |")
+  for key in keys:
+    cells = []
+    for _, rows, baselines in tables:
+      r = rows.get(key)
+      if r is None or any(k not in r for k in GATE):
+        cells += ["not run", "", ""]
+        continue
+      raw = [r[k] - baselines["raw_pixels"][k] for k in GATE]
+      rnd = [r[k] - baselines["random_init"][k] for k in GATE]
+      cells += [" / ".join(f"{r[k]:.1f}" for k in GATE), " / ".join(f"{m:+.1f}" for m in raw),
+                verdict(raw, rnd)]
+    print(f"| {key} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+  if len(sys.argv) < 2:
+    raise SystemExit("usage: tools/gate_summary.py GATE_OUTPUT_DIR [GATE_OUTPUT_DIR ...]")
+  main(sys.argv[1:])
