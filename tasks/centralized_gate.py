@@ -60,7 +60,7 @@ LOSSES = (
 )
 HEADS = (("group", "GroupNorm heads"), ("batch", "batch-statistics heads"))
 
-MINI_STEPS = 1500
+MINI_STEPS = 1000
 
 
 def mini() -> Table:
