@@ -5,13 +5,14 @@ the raw-pixel and random-init rows); writes nothing; prints a Markdown table: ea
 10% labels (label seeds 0 / 1), its margins over raw pixels, and whether it passes the gate, per testbed.
 
   .venv/bin/python tools/gate_summary.py runs/gate_fmnist runs/gate_shifted
+  .venv/bin/python tools/gate_summary.py --labels=1 runs/gate_fmnist runs/gate_shifted  # at 1%
 """
 
 import csv
 import os
 import sys
 
-GATE = ("tuned_10_s0", "tuned_10_s1")
+GATE = ("tuned_10_s0", "tuned_10_s1")  # --labels=1: ("tuned_1_s0", "tuned_1_s1").
 OVER_RAW, OVER_RANDOM, GOAL = 1.0, 10.0, 3.0  # Points (table_report's gate).
 
 
@@ -38,10 +39,15 @@ def verdict(margins_raw, margins_random) -> str:
 
 
 def main(folders) -> None:
+  global GATE
+  if folders and folders[0].startswith("--labels="):
+    percent = folders.pop(0).split("=", 1)[1]
+    GATE = (f"tuned_{percent}_s0", f"tuned_{percent}_s1")
   tables = [(os.path.basename(os.path.normpath(f)), *read(f)) for f in folders]
   keys = list(dict.fromkeys(k for _, rows, _ in tables for k in rows))
   header = "| row | " + " | ".join(
-      f"{name}: tuned 10% (seeds 0 / 1) | over raw pixels | gate" for name, _, _ in tables) + " |"
+      f"{name}: {GATE[0].split('_')[0]} {GATE[0].split('_')[1]}% (seeds 0 / 1) | over raw pixels | "
+      f"gate" for name, _, _ in tables) + " |"
   print(header)
   print("|---" * (1 + 3 * len(tables)) + "|")
   for base in ("raw_pixels", "random_init"):
