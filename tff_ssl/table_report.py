@@ -169,8 +169,10 @@ def gate(table: Table, records, baselines) -> Gate:
   elif len(keys) < MIN_GATE_SEEDS:
     problem = (f"the main probe at {len(keys)} label seed; the gate needs {MIN_GATE_SEEDS}")
   margins: dict = {}
+  supervised = {r.key for r in table.rows if r.supervised}  # No pretrained encoder to gate.
   for rec in records:
-    if rec["evaluation"] in keys and rec["ours"] is not None and not problem:
+    if rec["evaluation"] in keys and rec["ours"] is not None and rec["evaluation"] in (
+        baselines or {}) and rec["row"] not in supervised:
       base = baselines[rec["evaluation"]]
       margins.setdefault((rec["row"], rec["column"]), {})[rec["evaluation"]] = (
           rec["ours"] - base["raw_pixels"], rec["ours"] - base["random_init"])
@@ -186,15 +188,17 @@ def gate_lines(table: Table, g: Gate) -> list[str]:
            f"({', '.join(g.evaluations)}); the goal is raw pixels + "
            f"{100 * GOAL_OVER_RAW_PIXELS:.0f}. An ordering is tested only between cells that pass."]
   if g.problem:
-    return lines + [f"No cell can pass: {g.problem}; every ordering is {UNTESTED}."]
+    lines.append(f"No cell can pass: {g.problem}; every ordering is {UNTESTED}.")
+  if not g.margins:
+    return lines
   lines += ["", "| cell | over raw pixels (points) | over random init (points) | gate |",
             "|---|---|---|---|"]
   for (row, column), m in g.margins.items():
-    if len(m) < len(g.evaluations):
+    if len(m) < len(g.evaluations) and not g.problem:
       continue
     raws = [raw for raw, _ in m.values()]
     verdict = ("passes" + (", goal met" if min(raws) >= GOAL_OVER_RAW_PIXELS - 1e-9 else "")
-               if g.passes(row, column) else "**fails**")
+               if g.passes(row, column) else "untested" if g.problem else "**fails**")
     where = f"{names.get(row, row)}" + (f", {labels.get(column, column)}" if column else "")
     lines.append(f"| {where} | {', '.join(f'{100 * v:+.1f}' for v in raws)} | "
                  f"{', '.join(f'{100 * rnd:+.1f}' for _, rnd in m.values())} | {verdict} |")

@@ -266,6 +266,8 @@ def test_gate_on_hand_made_numbers():
                                baselines)
   assert not one_seed.passes("dcco", "noniid_1")
   assert one_seed.problem == "the main probe at 1 label seed; the gate needs 2"
+  one_seed_text = "\n".join(table_report.gate_lines(table, one_seed))
+  assert "| DCCO, non-IID 60,000 / 1 / 128 | +4.0 | +24.0 | untested |" in one_seed_text
   no_base = table_report.gate(table, records, {"s0": baselines["s0"]})
   assert no_base.problem == "no baselines for s1" and not no_base.passes("dcco", "noniid_1")
   with pytest.raises(ValueError, match="gate evaluation 'nope' is not an evaluation"):
