@@ -124,7 +124,7 @@ MINI_QUEUE = 1024
 # FedU's threshold and FedEMA's constant lambda, set from the divergence d = ||W_g - W_k|| measured
 # at this model's size (the paper's 0.4 and 0.8 are for its ResNet-18 and would act here as "never"
 # and "always": with d > 1.25, 0.8 d >= 1 keeps each client's own model whole). Measured in a pilot of
-# the FedEMA (tau = 0.7) row, 5 rounds (README, "The mini FedEMA table"): at a client's first return
+# the FedEMA (tau = 0.7) row, 5 rounds (docs/mini_regime.md, section 3): at a client's first return
 # d = 2.45-2.50 (its autoscaled lambda_k = 0.7 / d = 0.280-0.286), falling to 1.47-1.70 by round 5.
 # The constant lambda is their mean, 0.28 (mu = 0.7 at the first return, as tau asks); FedU's
 # threshold 2.0 lies between the first return's d and round 5's: clients keep their own predictor
