@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """How far each cell's pretrained encoder moved from its initialization, and what its client states
-say (README, "The former mini FedEMA table"; docs/mini_regime.md). Reads a `bin/reproduce` output folder; writes nothing.
+say (README, "The former mini FedEMA table"; docs/mini_regime.md). Reads a `bin/reproduce` output
+folder; writes nothing.
 
   .venv/bin/python tools/representation_stats.py runs/fedema3-mini
 
