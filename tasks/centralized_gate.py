@@ -58,7 +58,9 @@ LOSSES = (
                                temperature=0.2, target_decay=0.99)),
     ("cco", "CCO", dict(ssl="cco", projector=(512, 512, 512), cco_lambda=2.0)),
 )
-HEADS = (("group", "GroupNorm heads"), ("batch", "batch-statistics heads"))
+# `--head_norm=batch` gives each loss its published heads: batch statistics in BYOL's, SimSiam's,
+# SimCLR's, MoCo v3's and CCO's; none at all in MoCo v2's (`SSLMethod.batch_heads`).
+HEADS = (("group", "GroupNorm heads"), ("batch", "published heads (--head_norm=batch)"))
 
 MINI_STEPS = 1000
 
