@@ -335,9 +335,14 @@ class Table:
           c, rounds=min(c.rounds, max_rounds), steps=min(c.steps, max_rounds),
           local_steps=min(c.local_steps, max_rounds),
           checkpoint_every=min(c.checkpoint_every, max_rounds)))
-    evals = tuple(e if not hasattr(e.protocol, "steps") else dataclasses.replace(
-        e, protocol=dataclasses.replace(e.protocol, steps=min(e.protocol.steps, max_rounds)))
-                  for e in self.evaluations)  # (The kNN monitor trains nothing.)
+    def cap_protocol(p):
+      if hasattr(p, "steps"):
+        return dataclasses.replace(p, steps=min(p.steps, max_rounds))
+      if hasattr(p, "max_iterations"):  # The tuned probe's L-BFGS iterations.
+        return dataclasses.replace(p, max_iterations=min(p.max_iterations, max_rounds))
+      return p  # The kNN monitor trains nothing.
+    evals = tuple(dataclasses.replace(e, protocol=cap_protocol(e.protocol))
+                  for e in self.evaluations)
     return dataclasses.replace(
         self, rows=tuple(cap_row(r) for r in self.rows), evaluations=evals,
         curve_every=min(self.curve_every, max_rounds), max_rounds=max_rounds, notes=self.notes + (

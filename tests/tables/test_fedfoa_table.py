@@ -106,7 +106,7 @@ def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path, rows):
           "linear_probe_accuracy_pretrained_each"]
       assert sorted(each) == sorted(row.config.architectures)
   ours = [r for r in csv.DictReader(open(result["table_csv"])) if r["status"] == "ok"]
-  assert len(ours) == 2 * len(table.rows)
+  assert len(ours) == len(table.evaluations) * len(table.rows)
   md = open(result["table_md"]).read()
   assert ("## Heterogeneous clients, each architecture" in md) == (rows == fedfoa_table.HETEROGENEOUS)
 
@@ -156,8 +156,11 @@ def test_appendix_lays_out_each_architecture_beside_the_papers(tmp_path):
     cell = os.path.join(out, "cells", key, "fashion_mnist")
     os.makedirs(cell)
     with open(os.path.join(cell, "results.json"), "w") as f:
-      json.dump({"linear_probe_accuracy_pretrained": acc,
-                 "linear_probe_accuracy_pretrained_each": {a: acc for a in archs}}, f)
+      # The run's own LARS probe, and the main (tuned) probe of each architecture after the run.
+      json.dump({"linear_probe_accuracy_pretrained": 0.1,
+                 "linear_probe_accuracy_pretrained_each": {a: 0.1 for a in archs},
+                 "evaluations_each": {a: {"tuned_10_s0": acc, "knn_100": 0.2} for a in archs}},
+                f)
   md = table.appendix(table, out)
   assert md.startswith("## Heterogeneous clients, each architecture")
   assert "| random init | 50.0 | 50.0 | 50.0 | 50.0 | 50.0 |" in md
