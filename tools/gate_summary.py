@@ -12,8 +12,16 @@ import csv
 import os
 import sys
 
-GATE = ("tuned_10_s0", "tuned_10_s1")  # --labels=1: ("tuned_1_s0", "tuned_1_s1").
-OVER_RAW, OVER_RANDOM, GOAL = 1.0, 10.0, 3.0  # Points (table_report's gate).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tff_ssl.tables import TUNED_GATE  # noqa: E402
+from tff_ssl import table_report  # noqa: E402
+
+GATE = TUNED_GATE  # --labels=1: ("tuned_1_s0", "tuned_1_s1").
+# The gate's rule in points (table.csv holds percentages).
+OVER_RAW, OVER_RANDOM, GOAL = (100 * table_report.GATE_OVER_RAW_PIXELS,
+                               100 * table_report.GATE_OVER_RANDOM_INIT,
+                               100 * table_report.GOAL_OVER_RAW_PIXELS)
 
 
 def read(folder: str) -> tuple[dict, dict]:
@@ -33,8 +41,9 @@ def read(folder: str) -> tuple[dict, dict]:
 
 
 def verdict(margins_raw, margins_random) -> str:
-  if min(margins_raw) >= OVER_RAW and min(margins_random) >= OVER_RANDOM:
-    return "passes" + (", goal" if min(margins_raw) >= GOAL else "")
+  eps = 1e-6  # As table_report's gate: a margin at the bound passes.
+  if min(margins_raw) >= OVER_RAW - eps and min(margins_random) >= OVER_RANDOM - eps:
+    return "passes" + (", goal" if min(margins_raw) >= GOAL - eps else "")
   return "**fails**"
 
 
