@@ -7,9 +7,10 @@ each without and with `--fedfoa` (lambda = 0.01, t_warm = 5, `tff_ssl/federated/
 heterogeneous setting (`--method=heterogeneous`): "BYOL (alone)", every client training its own model,
 and "FedFoA (heterogeneous)", the same clients exchanging R. Heterogeneous cells report the mean over
 the architectures (the paper's "Avg."); the appendix has each architecture's number beside the
-paper's. One column per dataset. Evaluations: the linear probe on every training label (this project's
-protocol: features standardized, LARS; the paper trains a linear layer for 200 epochs) and the kNN
-monitor (k = 200, t = 0.1).
+paper's. One column per dataset. Evaluations (`tables.TUNED_LINEAR_AND_KNN_100`): the tuned probe at
+10% of the labels and two label seeds (the main probe and the gate's), the LARS linear probe on every
+label (the runs' curves; the paper trains a linear layer for 200 epochs) and the kNN monitor (k = 200,
+t = 0.1).
 
   paper  CIFAR-10 / CIFAR-100 (tfds), IID. Homogeneous: ResNet-18 (GroupNorm + Weight
          Standardization), 5 clients all in every round, 100 rounds of E = 5 local epochs of batch 500,
@@ -17,10 +18,12 @@ monitor (k = 200, t = 0.1).
          4096 -> 256), the aggregate as the new global model. Heterogeneous: 4 clients, ResNet-18,
          VGG-9, AlexNet and ResNet-34, each with a linear projector to 256 (the calibration layer),
          the same local training.
-  mini   Fashion-MNIST, IID, 500 images a client, 20 rounds of 2 local epochs of batch 128, projection
-         64 (heads 256 -> 64). Homogeneous: 5 clients, a quarter-width ResNet-18 with a stride-2
-         stem. Heterogeneous: 4 clients, quarter-width ResNet-14, ResNet-18, VGG-9 and AlexNet, each
-         with a linear projector to 64. Sized to finish within 90 minutes on 2 CPU cores.
+  mini   The mini regime (issue 31): shifted Fashion-MNIST, IID, 2,000 images a client, 20 rounds of
+         2 local epochs of batch 128, batch-statistics heads (512 -> 64), crops >= 50%, client
+         weight decay 5e-4. Homogeneous: 5 clients, ResNet-14 (stride-2 stem, 2 x 2 grid pooling).
+         Heterogeneous: 4 clients, half-width ResNet-14, ResNet-18, VGG-9 and AlexNet with global
+         pooling, each with a linear projector to 64. Main probe: the tuned regression at 10% of the
+         labels, two label seeds (the gate's). Sized to finish within 90 minutes on 2 CPU cores.
 
 What the paper does not give (its Appendix B is not in our sources): the number of homogeneous clients
 and rounds (we take FedEMA's K = 5 and 100 rounds; its Fig. 4 runs past 50 rounds), the local epochs
