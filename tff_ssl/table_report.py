@@ -158,6 +158,29 @@ class Gate:
     return f"{text} — {UNTESTED} ({row}: {self.why_not(row, column)})"
 
 
+  def compare(self, table: Table, records, better: str, base: str, column: str, strict: bool,
+              label: str = "") -> str | None:
+    """An ordering between two rows of one column at every gate evaluation (the main probe's label
+    seeds): "`label`: A a0 / a1 is above (strict) or at least B b0 / b1 (d0 / d1 points) — ...".
+    It holds when it holds at every seed; where it holds at some and not at others it fails, naming
+    the seeds. None when either cell lacks a gate evaluation."""
+    ours = {(r["evaluation"], r["row"], r["column"]): r["ours"] for r in records}
+    a = [ours.get((k, better, column)) for k in self.evaluations]
+    b = [ours.get((k, base, column)) for k in self.evaluations]
+    if not all(isinstance(v, float) for v in a + b):
+      return None
+    held = [x > y if strict else x >= y for x, y in zip(a, b)]
+    text = (f"{label + ': ' if label else ''}{table.row(better).name} "
+            f"{' / '.join(fmt(x) for x in a)} {'is above' if strict else 'is at least'} "
+            f"{table.row(base).name} {' / '.join(fmt(y) for y in b)} "
+            f"({' / '.join(f'{100 * (x - y):+.1f}' for x, y in zip(a, b))} points)")
+    line = self.ordering(text, [(better, column), (base, column)], all(held))
+    if any(held) and not all(held) and line.endswith("**fails**"):
+      line += (f" at {', '.join(k for k, h in zip(self.evaluations, held) if not h)} (holds at "
+               f"{', '.join(k for k, h in zip(self.evaluations, held) if h)})")
+    return line
+
+
 def gate(table: Table, records, baselines) -> Gate:
   """The gate of a table's pretrained cells on its main probe (`table.gate_evaluations`, default the
   first evaluation), against the raw-pixel and random-init rows of the same evaluation."""

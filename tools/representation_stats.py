@@ -18,6 +18,7 @@ the per-dimension std of the l2-normalized projections times sqrt(d) (1: spread 
 """
 
 import glob
+import json
 import os
 import sys
 
@@ -81,6 +82,29 @@ def state_ranges(run: str) -> str:
                    for label, name in (("d", "divergence"), ("μ", "mu"), ("λ_k", "scale")))
 
 
+def state_history(run: str) -> list[tuple[int, float, float, float, float]]:
+  """[(round, min d, max d, min mu, max mu)] over the clients, for each round whose client states
+  are still stored (a run keeps those written since its oldest kept checkpoint); [] without client
+  states. d and mu are those a client used in the round named (its state at the round's end)."""
+  root = os.path.join(run, "client_states")
+  if not os.path.isdir(root):
+    return []
+  store = client_state.DiskClientStateStore(root)
+  by_round = {}
+  for cid in store.clients():
+    seen = set()
+    for r in range(int(json.load(open(os.path.join(run, "hparams.json")))["rounds"]) + 1):
+      flat = store.read_flat(cid, r)
+      scalars = dict(zip(SCALARS, (float(t) for t in flat if np.ndim(t) == 0))) if flat else {}
+      if len(scalars) != len(SCALARS) or scalars["rounds"] in seen:
+        continue
+      seen.add(scalars["rounds"])
+      by_round.setdefault(int(scalars["rounds"]) - 1, []).append(
+          (scalars["divergence"], scalars["mu"]))
+  return [(r, min(d for d, _ in v), max(d for d, _ in v), min(m for _, m in v),
+           max(m for _, m in v)) for r, v in sorted(by_round.items())]
+
+
 def projection_stats(run: str, config, image_shape, features: tf.Tensor
                      ) -> tuple[float, float] | None:
   """(mean per-dimension std of the l2-normalized projections x sqrt(d), their effective rank) of
@@ -136,6 +160,16 @@ def main(out: str) -> None:
           f"{zrank:.1f} | {share:.2f} | "
           f"{float(losses[0]):.4g} | {float(losses[-1]):.4g} | {state_ranges(run)} | "
           f"{projected} |")
+  histories = [(run, state_history(run)) for run in runs]
+  histories = [(run, h) for run, h in histories if h]
+  if histories:
+    print("\nThe divergence d = ||W_g - W_k|| and mu each client used, per round still stored "
+          "(min-max over the clients):\n")
+    print("| cell | " + " | ".join(f"round {r}" for r, *_ in histories[0][1]) + " |")
+    print("|---" * (len(histories[0][1]) + 1) + "|")
+    for run, history in histories:
+      print(f"| {os.path.relpath(run, os.path.join(out, 'cells'))} | " + " | ".join(
+          f"d {lo:.2f}–{hi:.2f}, μ {mlo:.2f}–{mhi:.2f}" for _, lo, hi, mlo, mhi in history) + " |")
 
 
 if __name__ == "__main__":
