@@ -99,7 +99,8 @@ def state_history(run: str) -> list[tuple[int, float, float, float, float]]:
       if len(scalars) != len(SCALARS) or scalars["rounds"] in seen:
         continue
       seen.add(scalars["rounds"])
-      by_round.setdefault(int(scalars["rounds"]) - 1, []).append(
+      # The first r that reads a new state is its version: written at the end of round r - 1.
+      by_round.setdefault(r - 1, []).append(
           (scalars["divergence"], scalars["mu"]))
   return [(r, min(d for d, _ in v), max(d for d, _ in v), min(m for _, m in v),
            max(m for _, m in v)) for r, v in sorted(by_round.items())]
