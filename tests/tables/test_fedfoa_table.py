@@ -38,7 +38,7 @@ def test_grid_is_the_papers(scale):
     assert (c.client_optimizer, c.client_learning_rate, c.target_decay) == ("sgdm", 0.032, 0.99)
     assert c.fedfoa == cell.row.key.endswith("_foa")
     assert (c.fedfoa_lambda, c.fedfoa_warmup, c.projector[-1]) == (0.01, 5, n)
-    assert c.local_batch_size == (500 if scale == "paper" else 128) >= n
+    assert c.local_batch_size == (500 if scale == "paper" else fedfoa_table.MINI_BATCH) >= n
     if c.method == "heterogeneous":
       assert c.num_clients == 4 and c.projector == (n,)  # The linear calibration layer.
       assert c.architectures == (("resnet18", "vgg9", "alexnet", "resnet34") if scale == "paper"
