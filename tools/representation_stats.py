@@ -162,7 +162,8 @@ def main(out: str) -> None:
           f"{float(losses[0]):.4g} | {float(losses[-1]):.4g} | {state_ranges(run)} | "
           f"{projected} |")
   histories = [(run, state_history(run)) for run in runs]
-  histories = [(run, h) for run, h in histories if h]
+  # Cells whose method measures no divergence (FedBYOL, FedMoCo) store d = mu = 0: left out.
+  histories = [(run, h) for run, h in histories if any(any(v[1:]) for v in h)]
   if histories:
     print("\nThe divergence d = ||W_g - W_k|| and mu each client used, per round still stored "
           "(min-max over the clients):\n")
