@@ -95,22 +95,42 @@ def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
   return lines
 
 
-def random_init_each(table: Table, column: Column, output_dir: str) -> dict[str, float]:
-  """The linear probe of each heterogeneous architecture at its initialization (the baseline of its
-  column), computed once per output folder (hetero_random_init.json)."""
+def random_init_each(table: Table, column: Column, output_dir: str) -> dict[str, dict[str, float]]:
+  """{evaluation key: {architecture: accuracy}}: each heterogeneous architecture at its
+  initialization under the main probe and each gate evaluation (the baseline of its cells),
+  computed once per output folder (hetero_random_init.json)."""
   path = os.path.join(output_dir, "hetero_random_init.json")
   found = json.load(open(path)) if os.path.exists(path) else {}
-  if column.key not in found:
+  keys = tuple(dict.fromkeys((table.evaluations[0].key, *table.gate_evaluations)))
+  if not all(k in found.get(column.key, {}) for k in keys):
     row = next(r for r in table.rows if r.config.method == "heterogeneous")
     config = table.cell_config(row, column)
     train, test = experiment.load_splits(config)
     models = heterogeneous.models_of(config, train.image_shape)
+    protocols = {e.key: e.protocol for e in table.evaluations}
     found[column.key] = {
-        a: evaluation.evaluate(runner.keras_encoder(m, m.initial_weights), train, test,
-                               table.evaluations[0].protocol)
-        for a, m in zip(config.architectures, models)}
+        k: {a: evaluation.evaluate(runner.keras_encoder(m, m.initial_weights), train, test,
+                                   protocols[k])
+            for a, m in zip(config.architectures, models)} for k in keys}
     rundir.write_atomic(path, json.dumps(found, indent=2, sort_keys=True) + "\n")
   return found[column.key]
+
+
+def heterogeneous_baselines(table: Table, output_dir: str) -> dict:
+  """The heterogeneous cells' random-init baseline (`Table.cell_baselines`): the mean over their
+  architectures at initialization, as the cells report the mean of their clients' encoders."""
+  out = {}
+  for column in table.columns:
+    rows = [r for r in table.rows if r.config.method == "heterogeneous" and os.path.exists(
+        os.path.join(output_dir, "cells", r.key, column.key, "results.json"))]
+    if not rows:
+      continue
+    each = random_init_each(table, column, output_dir)
+    for row in rows:
+      out[(row.key, column.key)] = {
+          k: {"random_init": sum(v.values()) / len(v)} for k, v in each.items()
+          if k in (table.gate_evaluations or (table.evaluations[0].key,))}
+  return out
 
 
 def heterogeneous_appendix(table: Table, output_dir: str) -> str:
@@ -130,7 +150,7 @@ def heterogeneous_appendix(table: Table, output_dir: str) -> str:
         os.path.join(output_dir, "cells", r.key, column.key, "results.json"))]
     if not done:
       continue
-    initial = random_init_each(table, column, output_dir)
+    initial = random_init_each(table, column, output_dir)[table.evaluations[0].key]
     lines += [f"**{column.group}**", "",
               "| row | " + " | ".join(archs) + " | mean |", "|---" * (len(archs) + 2) + "|",
               "| random init | " + " | ".join(table_report.fmt(initial[a]) for a in archs) +
@@ -190,7 +210,7 @@ def _table(scale: str, rows, columns, curve_every: int, paper_columns, notes) ->
       name=NAME, scale=scale, title=TITLE, rows=rows, columns=columns, evaluations=EVALUATIONS,
       paper=paper, curve_every=curve_every, selection_column=columns[0].key, supervised_epochs=0,
       notes=notes, checks=checks, column_heading="dataset (IID)", appendix=heterogeneous_appendix,
-      gate_evaluations=TUNED_GATE)
+      gate_evaluations=TUNED_GATE, cell_baselines=heterogeneous_baselines)
 
 
 def paper() -> Table:

@@ -238,12 +238,13 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
         tf.keras.backend.clear_session()
         bar.update(1)
     appendix = table.appendix(table, output_dir) if table.appendix else ""
+    cell_baselines = table.cell_baselines(table, output_dir) if table.cell_baselines else {}
   except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the time spent counts all the same.
     _record_invocation(timing, timing_path, start)
     raise
   _record_invocation(timing, timing_path, start)
   return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing,
-                            base, appendix)
+                            base, appendix, cell_baselines)
 
 
 def _record_invocation(timing: dict[str, Any], path: str, start: float) -> None:

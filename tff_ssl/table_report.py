@@ -128,6 +128,7 @@ class Gate:
   evaluations: tuple[str, ...]
   margins: dict
   problem: str = ""
+  own_baselines: frozenset = frozenset()  # (row, column) measured against its own random init.
 
   def passes(self, row: str, column: str) -> bool:
     if self.problem:
@@ -181,9 +182,10 @@ class Gate:
     return line
 
 
-def gate(table: Table, records, baselines) -> Gate:
+def gate(table: Table, records, baselines, cell_baselines=None) -> Gate:
   """The gate of a table's pretrained cells on its main probe (`table.gate_evaluations`, default the
-  first evaluation), against the raw-pixel and random-init rows of the same evaluation."""
+  first evaluation), against the raw-pixel and random-init rows of the same evaluation;
+  `cell_baselines[(row, column)][evaluation]` replaces them for a cell (`Table.cell_baselines`)."""
   keys = tuple(table.gate_evaluations) or (table.evaluations[0].key,)
   problem = ""
   missing = [k for k in keys if k not in (baselines or {})]
@@ -196,10 +198,12 @@ def gate(table: Table, records, baselines) -> Gate:
   for rec in records:
     if rec["evaluation"] in keys and rec["ours"] is not None and rec["evaluation"] in (
         baselines or {}) and rec["row"] not in supervised:
-      base = baselines[rec["evaluation"]]
+      base = {**baselines[rec["evaluation"]],
+              **(cell_baselines or {}).get((rec["row"], rec["column"]), {}).get(
+                  rec["evaluation"], {})}
       margins.setdefault((rec["row"], rec["column"]), {})[rec["evaluation"]] = (
           rec["ours"] - base["raw_pixels"], rec["ours"] - base["random_init"])
-  return Gate(keys, margins, problem)
+  return Gate(keys, margins, problem, frozenset(cell_baselines or {}))
 
 
 def gate_lines(table: Table, g: Gate) -> list[str]:
@@ -222,7 +226,8 @@ def gate_lines(table: Table, g: Gate) -> list[str]:
     raws = [raw for raw, _ in m.values()]
     verdict = ("passes" + (", goal met" if min(raws) >= GOAL_OVER_RAW_PIXELS - 1e-9 else "")
                if g.passes(row, column) else "untested" if g.problem else "**fails**")
-    where = f"{names.get(row, row)}" + (f", {labels.get(column, column)}" if column else "")
+    where = f"{names.get(row, row)}" + (f", {labels.get(column, column)}" if column else "") + (
+        " (against its own random init)" if (row, column) in g.own_baselines else "")
     lines.append(f"| {where} | {', '.join(f'{100 * v:+.1f}' for v in raws)} | "
                  f"{', '.join(f'{100 * rnd:+.1f}' for _, rnd in m.values())} | {verdict} |")
   return lines
@@ -239,7 +244,7 @@ def margins_over_raw_pixels(table: Table, records, evaluation_key: str, raw_pixe
 
 
 def _markdown(table: Table, records, choices, random_acc, timing, baselines=None,
-              appendix: str = "") -> str:
+              appendix: str = "", cell_baselines=None) -> str:
   out = io.StringIO()
   w = out.write
   w(f"# {table.title} — `{table.name}`, scale `{table.scale}`\n\n")
@@ -306,7 +311,7 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
       w(f"- {n}\n")
     for n in notes:
       w(f"- {n}\n")
-  g = gate(table, records, baselines)
+  g = gate(table, records, baselines, cell_baselines)
   w("\n## Gate\n\n")
   w("\n".join(gate_lines(table, g)) + "\n")
   w("\n## Checks\n\n")
@@ -394,7 +399,7 @@ def baseline_records(table: Table, baselines) -> list[dict[str, Any]]:
 
 
 def write(table: Table, output_dir: str, todo, skipped, results, choices, random_acc, timing,
-          baselines=None, appendix: str = "") -> dict[str, Any]:
+          baselines=None, appendix: str = "", cell_baselines=None) -> dict[str, Any]:
   records = collect(table, todo, skipped, results)
   for rec in records:
     row = table.row(rec["row"])
@@ -407,7 +412,7 @@ def write(table: Table, output_dir: str, todo, skipped, results, choices, random
     writer.writerow({**rec, "ours": "" if rec["ours"] is None else f"{100 * rec['ours']:.2f}",
                      "paper": "" if rec["paper"] is None else rec["paper"]})
   rundir.write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())
-  md = _markdown(table, records, choices, random_acc, timing, baselines, appendix)
+  md = _markdown(table, records, choices, random_acc, timing, baselines, appendix, cell_baselines)
   rundir.write_atomic(os.path.join(output_dir, "table.md"), md)
   curve_key = table.curve_evaluation.key if table.curve_evaluation is not None else None
   raw = (baselines or {}).get(curve_key, {}).get("raw_pixels")

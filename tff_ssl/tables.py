@@ -170,6 +170,10 @@ class Table:
   # The evaluations the gate reads (`table_report.gate`): the main probe at each label-subset seed;
   # () reads the first evaluation alone.
   gate_evaluations: tuple[str, ...] = ()
+  # (table, output folder) -> {(row, column): {evaluation key: {"random_init": fraction}}}: the
+  # baselines of cells whose encoder is not the table's (e.g. FedFoA's heterogeneous clients, each
+  # architecture at its own initialization), which the gate reads instead of the table's.
+  cell_baselines: Callable[["Table", str], dict] | None = None
 
   def __post_init__(self):
     keys = [r.key for r in self.rows]
