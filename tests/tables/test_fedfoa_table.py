@@ -41,10 +41,14 @@ def test_grid_is_the_papers(scale):
     assert c.local_batch_size == (500 if scale == "paper" else fedfoa_table.MINI_BATCH) >= n
     if c.method == "heterogeneous":
       assert c.num_clients == 4 and c.projector == (n,)  # The linear calibration layer.
+      assert c.samples_per_client == (12500 if scale == "paper" else
+                                      fedfoa_table.MINI_HETERO_SAMPLES_PER_CLIENT)
       assert c.architectures == (("resnet18", "vgg9", "alexnet", "resnet34") if scale == "paper"
                                  else ("resnet14", "resnet18", "vgg9", "alexnet"))
     else:
       assert (c.num_clients, c.encoder) == (5, "resnet18" if scale == "paper" else "resnet14")
+      assert c.samples_per_client == (10000 if scale == "paper" else
+                                      fedfoa_table.MINI_SAMPLES_PER_CLIENT)
       assert c.method == {"fedbyol": "fedbyol", "fedu": "fedu", "fedema": "fedema"}[
           cell.row.key.removesuffix("_foa")]
   column = table.columns[0].key
