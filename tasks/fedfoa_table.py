@@ -129,7 +129,7 @@ def heterogeneous_baselines(table: Table, output_dir: str) -> dict:
     for row in rows:
       out[(row.key, column.key)] = {
           k: {"random_init": sum(v.values()) / len(v)} for k, v in each.items()
-          if k in (table.gate_evaluations or (table.evaluations[0].key,))}
+          if k in table.gate_keys}
   return out
 
 

@@ -186,7 +186,7 @@ def gate(table: Table, records, baselines, cell_baselines=None) -> Gate:
   """The gate of a table's pretrained cells on its main probe (`table.gate_evaluations`, default the
   first evaluation), against the raw-pixel and random-init rows of the same evaluation;
   `cell_baselines[(row, column)][evaluation]` replaces them for a cell (`Table.cell_baselines`)."""
-  keys = tuple(table.gate_evaluations) or (table.evaluations[0].key,)
+  keys = table.gate_keys
   problem = ""
   missing = [k for k in keys if k not in (baselines or {})]
   if missing:

@@ -197,6 +197,11 @@ class Table:
                        f"tuned); got {type(first).__name__}")
 
   @property
+  def gate_keys(self) -> tuple[str, ...]:
+    """The evaluation keys the gate reads: `gate_evaluations`, or the first evaluation alone."""
+    return tuple(self.gate_evaluations) or (self.evaluations[0].key,)
+
+  @property
   def piloted_rows(self) -> tuple[Row, ...]:
     """Rows whose learning rate is chosen by pilot runs of their own."""
     return tuple(r for r in self.rows if len(r.learning_rates) > 1 and not r.select_with)
