@@ -77,6 +77,10 @@ class Row:
   # Key of another row whose validation choice this row takes instead of running pilots of its own
   # (centralized CCO takes DCCO's: one round at one sample per client *is* one centralized step).
   select_with: str = ""
+  # Rounds (steps) between this row's curve probes, where it differs from the table's `curve_every`
+  # (0: the table's), e.g. a row whose probe is dear (FedFoA's heterogeneous cells probe four
+  # encoders).
+  curve_every: int = 0
 
   @property
   def method(self) -> methods.Method:
@@ -232,7 +236,8 @@ class Table:
     probe = curve.protocol if curve is not None else evaluation.LinearProbeConfig(
         label_fraction=self.evaluations[0].label_fraction)
     fields = dict(eval_label_fraction=probe.label_fraction, eval_steps=probe.steps,
-                  eval_learning_rate=probe.learning_rate, eval_every=self.curve_every)
+                  eval_learning_rate=probe.learning_rate,
+                  eval_every=row.curve_every or self.curve_every)
     if learning_rate is None and len(row.learning_rates) == 1:
       learning_rate = row.learning_rates[0]
     if learning_rate is not None:
@@ -343,7 +348,8 @@ class Table:
       return dataclasses.replace(row, config=dataclasses.replace(
           c, rounds=min(c.rounds, max_rounds), steps=min(c.steps, max_rounds),
           local_steps=min(c.local_steps, max_rounds),
-          checkpoint_every=min(c.checkpoint_every, max_rounds)))
+          checkpoint_every=min(c.checkpoint_every, max_rounds)),
+          curve_every=min(row.curve_every, max_rounds))
     def cap_protocol(p):
       if hasattr(p, "steps"):
         return dataclasses.replace(p, steps=min(p.steps, max_rounds))

@@ -43,10 +43,13 @@ def test_grid_is_the_papers(scale):
       assert c.num_clients == 4 and c.projector == (n,)  # The linear calibration layer.
       assert c.samples_per_client == (12500 if scale == "paper" else
                                       fedfoa_table.MINI_HETERO_SAMPLES_PER_CLIENT)
+      # A heterogeneous curve point probes four encoders: at mini scale, the last round's alone.
+      assert c.eval_every == (table.curve_every if scale == "paper" else c.rounds)
       assert c.architectures == (("resnet18", "vgg9", "alexnet", "resnet34") if scale == "paper"
                                  else ("resnet14", "resnet18", "vgg9", "alexnet"))
     else:
       assert (c.num_clients, c.encoder) == (5, "resnet18" if scale == "paper" else "resnet14")
+      assert c.eval_every == table.curve_every
       assert c.samples_per_client == (10000 if scale == "paper" else
                                       fedfoa_table.MINI_SAMPLES_PER_CLIENT)
       assert c.method == {"fedbyol": "fedbyol", "fedu": "fedu", "fedema": "fedema"}[

@@ -72,6 +72,17 @@ def test_capped_grid_caps_every_length():
   assert "smoke" in table.notes[-1]
 
 
+def test_a_row_may_probe_its_curve_less_often():
+  table = dcco_table1.mini()
+  table = dataclasses.replace(table, rows=(dataclasses.replace(table.rows[0], curve_every=7),)
+                              + table.rows[1:])
+  column = table.columns[0]
+  assert table.cell_config(table.rows[0], column).eval_every == 7
+  assert table.cell_config(table.rows[1], column).eval_every == table.curve_every != 7
+  capped = table.capped(2)
+  assert capped.rows[0].curve_every == 2 and capped.cell_config(capped.rows[0], column).eval_every == 2
+
+
 def test_report_of_hand_made_results(tmp_path):
   """table.md / table.csv / checks from results written by hand (no training)."""
   table = dcco_table1.mini()
