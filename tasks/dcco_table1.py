@@ -14,7 +14,7 @@ fine-tuning on 10% (Appendix B's protocols).
   mini   the same grid on Fashion-MNIST (60K train images, Debian's files), global batch 128, ResNet-14
          with a stride-2 stem (a quarter of the compute), projectors [512]*3 and [128, 128, 64],
          supervised 30 epochs; the same candidate learning rates and evaluation protocols. In the
-         mini regime (README, "Choosing the mini regime"; `tasks/mini_regime.py`) where centralized
+         mini regime (docs/mini_regime.md, "Choosing the mini regime"; `tasks/mini_regime.py`) where centralized
          CCO and contrastive pretraining beat a linear classifier on raw pixels: 3000 rounds, the last
          4 x 4 feature map average-pooled over a 2 x 2 grid (256 features), crops of at least 50% of
          the image, CCO's lambda = 2 in every CCO row. About 2 hours on 2 CPU cores

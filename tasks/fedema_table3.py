@@ -4,7 +4,7 @@ non-IID clients holding a few classes each, linear probe and kNN monitor.
 Rows: FedSimCLR and FedSimSiam (the generalized framework with online = target network: a client keeps
 nothing, so they are `fedavg` with `--ssl=simclr` / `simsiam`), FedMoCo (v2: MLP head, temperature
 0.2, a queue of 4,096 keys kept by each client), FedBYOL, FedU, FedEMA with the constant lambda = 0.8
-and FedEMA with the autoscaler tau = 0.7 (`tff_ssl/federated/fedssl.py`). Columns: the dataset and its non-IID split (each of the K = 5 clients holds
+and FedEMA with the autoscaler tau = 0.7 (`tff_ssl/methods/fedssl.py`). Columns: the dataset and its non-IID split (each of the K = 5 clients holds
 2 of CIFAR-10's classes, 20 of CIFAR-100's). Evaluations (`tables.TUNED_LINEAR_AND_KNN_100`): the
 tuned probe at 10% of the labels and two label seeds (the main probe and the gate's; standardized
 features, L2 chosen on a held-out fifth), the LARS linear probe on every label (the runs' curves) and
@@ -107,7 +107,7 @@ def paper() -> Table:
       "images).", "The paper's Table 3 numbers are not in this project's sources: ours only."))
 
 
-# The mini regime (issue 31; README "Choosing the mini regime"): the gate's encoder (ResNet-14, stride-2
+# The mini regime (issue 31; docs/mini_regime.md, "Choosing the mini regime"): the gate's encoder (ResNet-14, stride-2
 # stem, 2 x 2 grid pooling) with batch-statistics heads in each method's published layout, crops >= 50%,
 # on the shifted Fashion-MNIST (the testbed where the centralized gate's rows clear raw pixels + 3:
 # docs/mini_regime.md). Local work like the L-DAWA mini table's (10,000 images a round, 2 epochs of

@@ -2,8 +2,8 @@
 (homogeneous clients, Table 3), and between clients of different architectures that exchange nothing
 but R (heterogeneous, Tables 1-2).
 
-Rows: FedBYOL, FedU, FedEMA (`tff_ssl/federated/fedssl.py`; FedEMA with the autoscaler tau = 0.7),
-each without and with `--fedfoa` (lambda = 0.01, t_warm = 5, `tff_ssl/federated/fedfoa.py`); and the
+Rows: FedBYOL, FedU, FedEMA (`tff_ssl/methods/fedssl.py`; FedEMA with the autoscaler tau = 0.7),
+each without and with `--fedfoa` (lambda = 0.01, t_warm = 5, `tff_ssl/methods/fedfoa.py`); and the
 heterogeneous setting (`--method=heterogeneous`): "BYOL (alone)", every client training its own model,
 and "FedFoA (heterogeneous)", the same clients exchanging R. Heterogeneous cells report the mean over
 the architectures (the paper's "Avg."); the appendix has each architecture's number beside the
@@ -39,7 +39,8 @@ import os
 
 from tff_ssl import evaluation, experiment, rundir, table_report
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.federated import heterogeneous, runner
+from tff_ssl import runner
+from tff_ssl.methods import heterogeneous
 from tff_ssl.tables import TUNED_GATE, TUNED_LINEAR_AND_KNN_100, Column, Row, Table
 
 NAME = "fedfoa"

@@ -2,12 +2,12 @@
 
 Rows: the aggregation strategies FedAvg, Loss, FedU, EUC, L-DAWA, L-DAWA_FedAvg, L-DAWA_Loss,
 L-DAWA_FedU. EUC is the paper's reference [19], Lee et al. 2021's FedLAMA (layer-wise adaptive
-aggregation intervals, `--method=fedlama`, `tff_ssl.federated.fedlama`; the paper gives no settings
+aggregation intervals, `--method=fedlama`, `tff_ssl.methods.fedlama`; the paper gives no settings
 for it: base interval 1 round, phi = 2). Columns:
 the SSL method, SimCLR and Barlow Twins (and, at paper scale, the dataset: CIFAR-10 and CIFAR-100).
 Evaluations: linear probe on 100%, 10% and 1% of the labels. Every cell is a FedAvg-style run
-(`tff_ssl.federated.fedavg`) with the row's `--aggregator`; FedU's rows have stateful FedU clients
-(`--method=fedu`, `tff_ssl.federated.fedu`), whose projector takes the part of BYOL's predictor.
+(`tff_ssl.methods.fedavg`) with the row's `--aggregator`; FedU's rows have stateful FedU clients
+(`--method=fedu`, `tff_ssl.methods.fedu`), whose projector takes the part of BYOL's predictor.
 
   paper  CIFAR-10 / CIFAR-100 (tfds), 10 clients all participating, Dirichlet alpha = 0.1 label split
          (clients of unequal size), 200 rounds, E = 10 local epochs of batch 256, client SGD lr 0.03,
@@ -15,7 +15,7 @@ Evaluations: linear probe on 100%, 10% and 1% of the labels. Every cell is a Fed
          new global model (SGD, learning rate 1, constant). ResNet-18 with GroupNorm + Weight
          Standardization (the paper's has BatchNorm; this project's models are batch-free).
   mini   the same grid on Fashion-MNIST (10 classes, compared with the paper's CIFAR-10 numbers) in
-         the mini regime (README, "Choosing the mini regime"): 10,000 random training images over
+         the mini regime (docs/mini_regime.md, "Choosing the mini regime"): 10,000 random training images over
          the 10 clients, the DCCO mini table's ResNet-14 (stride-2 stem, 2 x 2 grid pooling), crops
          >= 50%, 20 rounds of 2 epochs (400K images seen, as the regime's 3000 steps of batch 128).
 
@@ -46,7 +46,7 @@ EVALUATIONS = (
 )
 
 # (key, name, the fields that make the row): the aggregator, and for FedU's rows the stateful FedU
-# clients (`tff_ssl.federated.fedu`: with SimCLR and Barlow Twins the projector is the head a client
+# clients (`tff_ssl.methods.fedu`: with SimCLR and Barlow Twins the projector is the head a client
 # keeps when diverged).
 ROWS = (("fedavg", "FedAvg", {"aggregator": "fedavg"}), ("loss", "Loss", {"aggregator": "loss"}),
         ("fedu", "FedU", {"method": "fedu", "aggregator": "fedavg"}),
@@ -161,7 +161,7 @@ def paper() -> Table:
 
 
 def mini() -> Table:
-  # The mini regime (tasks/mini_regime.py, README "Choosing the mini regime"): the DCCO mini table's
+  # The mini regime (tasks/mini_regime.py, docs/mini_regime.md, "Choosing the mini regime"): the DCCO mini table's
   # ResNet-14 with a stride-2 stem, 2 x 2 grid pooling, crops >= 50%, and about as many images seen
   # as its 3000 centralized steps of batch 128 (20 rounds x 2 epochs x 10,000 images = 400K).
   base = _base(dataset="fashion_mnist", encoder="resnet14", width=1.0, stem_stride=2, pool_grid=2,

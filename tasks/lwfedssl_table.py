@@ -6,7 +6,7 @@ FedMoCo-LW (stage s trains and exchanges block s and the heads, blocks < s froze
 (FedMoCo-LW's stages with frozen blocks skipped at rate 0.5, SimCLR-based and at half the batch, as in
 the paper), Prog-FedSSL (stage s trains blocks 1..s) and LW-FedSSL (FedMoCo-LW + server-side
 calibration on an auxiliary split + representation alignment, beta = 0.01). Every layer-wise row
-transfers block s - 1's weights to block s at the start of stage s (`tff_ssl.federated.layerwise`).
+transfers block s - 1's weights to block s at the start of stage s (`tff_ssl.methods.layerwise`).
 One column: the pretraining data. Evaluations: the linear probe on every training label (this
 project's protocol: features standardized, LARS; the paper trains a linear classifier) and the kNN
 monitor (k = 200, t = 0.1). Beside them, the cost table (`cost_appendix`): per client and stage, the

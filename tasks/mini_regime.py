@@ -8,7 +8,7 @@ standardized features, LARS 1000 steps), beside the raw-pixel and random-init ro
 (3000 steps) tells whether the probe's budget is what stops it. The centralized contrastive rows
 (SimCLR, projector 128-128-64, temperature 0.1) are the second method the regime must serve.
 
-The README ("Choosing the mini regime") reports the numbers and what was chosen from them: the
+docs/mini_regime.md ("Choosing the mini regime") reports the numbers and what was chosen from them: the
 rows `cco_grid2_lambda2_crop50_3000` and `simclr_grid2_crop50_3000` are the DCCO mini table's
 centralized rows now (`tasks/dcco_table1.py`).
 """

@@ -55,7 +55,9 @@ def test_local_step_cost_of_layerwise_and_progressive_stages():
   """Stage 2 of a 2-block ViT: layer-wise uploads block 2 and the heads (bytes by hand from the
   shapes) and computes less than progressive (no backward through block 1)."""
   from tff_ssl.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
-  from tff_ssl.federated import common, fedavg, layerwise, runner  # pylint: disable=g-import-not-at-top
+  from tff_ssl import runner  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated import common  # pylint: disable=g-import-not-at-top
+  from tff_ssl.methods import fedavg, layerwise  # pylint: disable=g-import-not-at-top
   from tff_ssl.federated.functional import FunctionalModel  # pylint: disable=g-import-not-at-top
   cfg = ExperimentConfig(method="fedavg", ssl="mocov3", encoder="vit_mini", patch_size=7, depth=2,
                          width=0.5, projector=(32, 16), predictor=(32, 16), temperature=0.2)
@@ -106,7 +108,9 @@ def test_layerwise_cost_table():
 
 def test_depth_dropout_flops_are_the_expectation_over_keep_patterns():
   from tff_ssl.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
-  from tff_ssl.federated import common, fedavg, layerwise, runner  # pylint: disable=g-import-not-at-top
+  from tff_ssl import runner  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated import common  # pylint: disable=g-import-not-at-top
+  from tff_ssl.methods import fedavg, layerwise  # pylint: disable=g-import-not-at-top
   from tff_ssl.federated.functional import FunctionalModel  # pylint: disable=g-import-not-at-top
   cfg = ExperimentConfig(method="fedavg", ssl="simclr", encoder="vit_mini", patch_size=7, depth=3,
                          width=0.5, projector=(16, 8), temperature=0.2)

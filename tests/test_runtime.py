@@ -68,7 +68,8 @@ USER_SCRIPT = textwrap.dedent("""
     import tensorflow_federated as tff
     import tff_ssl
     from tff_ssl import models, runtime
-    from tff_ssl.federated import common, dcco, functional
+    from tff_ssl.federated import common, functional
+    from tff_ssl.methods import dcco
 
     shape = (8, 8, 1)
     def build():

@@ -35,11 +35,13 @@ from tff_ssl import data as data_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.data import AugmentConfig
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.federated import common, fedavg, grouping, layerwise, ssl_model
-from tff_ssl.federated import runner as runner_lib
-from tff_ssl.federated import dcco as dcco_lib
-from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated import common, grouping, ssl_model
+from tff_ssl.methods import depth_dropout, layerwise
+from tff_ssl import runner as runner_lib
+from tff_ssl.methods import dcco as dcco_lib
+from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 
@@ -59,7 +61,7 @@ class Scenario:
   def loss_fn(self) -> Callable:
     """(z1, z2) -> the scenario's within-batch SSL loss at its default hyperparameters."""
     method = ssl_lib.get(self.ssl)
-    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), FedAvgSSLConfig())
+    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), ClientConfig())
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -102,7 +104,7 @@ def tiny_model(image_shape) -> Callable[[], tf.keras.Model]:
 
 
 def mini_model(image_shape) -> Callable[[], tf.keras.Model]:
-  """The mini tables' SSL model (the mini regime, README "Choosing the mini regime"): ResNet-14 with
+  """The mini tables' SSL model (the mini regime, docs/mini_regime.md, "Choosing the mini regime"): ResNet-14 with
   a stride-2 stem and 2 x 2 grid pooling + the DCCO table's 512-512-512 projector."""
   config = ExperimentConfig(encoder="resnet14", width=1.0, stem_stride=2, pool_grid=2)
 
@@ -148,12 +150,14 @@ def _round_clients(images: np.ndarray, scenario: Scenario, r: int) -> list[dict]
           for k in range(scenario.clients)]
 
 
-def _process(scenario: Scenario, model: FunctionalModel, image_shape, simulation: Simulation):
+def _process(scenario: Scenario, model: FunctionalModel, image_shape, simulation: Simulation,
+             mergeable: bool = False):
   sgd = tff.learning.optimizers.build_sgdm(learning_rate=1e-3)
   if scenario.method == "dcco":
     return DCCOProcess(model, image_shape, sgd, DCCOConfig(
-        client_learning_rate=1.0, local_steps=scenario.local_steps, augment=AUGMENT), simulation)
-  return FedAvgSSLProcess(model, image_shape, sgd, FedAvgSSLConfig(
+        client_learning_rate=1.0, local_steps=scenario.local_steps, augment=AUGMENT), simulation,
+        split_phases=mergeable)
+  return FedAvgSSLProcess(model, image_shape, sgd, ClientConfig(
       ssl=scenario.ssl, client_learning_rate=0.1,
       local_steps=scenario.local_steps,
       augment=AUGMENT), simulation=simulation)
@@ -413,7 +417,8 @@ def run_workers_scenario(scenario: Scenario, images: np.ndarray, model_builder,
     for w in range(len(targets) + 1):
       runtime.configure_context(workers=targets[:w])
       group_size = 0 if w == 0 else -(-scenario.clients // w)
-      process = _process(scenario, model, image_shape, Simulation("grouped", group_size=group_size))
+      process = _process(scenario, model, image_shape, Simulation("grouped", group_size=group_size),
+                         mergeable=w > 0)
       state = [process.initialize()]
       calls = []
 
@@ -674,10 +679,11 @@ def layerwise_costs(rows, image_shape=None, *, batch: int = 0, seed: int = 0,
       else:  # End to end: the whole model in every stage.
         stage_model, mask, cfg, refresh = model, process.mask, process.config, True
       c = cost.local_step_cost(stage_model, mask, cfg, images, memory=memory, flops=flops)
-      if flops and cfg.depth_dropout and cfg.droppable_blocks:
+      dropout = next((t for t in cfg.terms if isinstance(t, depth_dropout.DepthDropout)), None)
+      if flops and dropout is not None:
         none = cost.local_step_cost(stage_model, mask, cfg, images, flops=True,
-                                    keep=(False,) * cfg.droppable_blocks)["step_flops"]
-        c["step_flops"] = int(round(none + (1 - cfg.depth_dropout) * (c["step_flops"] - none)))
+                                    keep=(False,) * dropout.droppable_blocks)["step_flops"]
+        c["step_flops"] = int(round(none + (1 - dropout.rate) * (c["step_flops"] - none)))
       c["kept_download_bytes"] = c["download_bytes"] if refresh else c["trained_bytes"]
       # The paper's communication figures count the encoder only (the heads are common to all).
       encoder = [n.startswith(ssl_model.ENCODER_NAME + "/") for n in stage_model.names]

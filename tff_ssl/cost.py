@@ -26,7 +26,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 from tensorflow.python.framework import graph_util, ops  # pylint: disable=no-name-in-module
 
-from tff_ssl.federated import common, fedavg
+from tff_ssl.federated import client_work, common
 from tff_ssl.models import vit
 
 
@@ -157,7 +157,7 @@ def peak_memory(fn: Callable, *args, repeats: int = 3) -> int:
 
 def local_step(model, mask, fedavg_config, images: np.ndarray, keep=None):
   """(One local step of a client on `images` as a function of (weights, images, ids): the SSL loss
-  with the method's client terms (`fedavg.client_loss`: LW-FedSSL's alignment) and its gradient
+  with the method's client terms (`client_work.client_loss`: LW-FedSSL's alignment) and its gradient
   with respect to the tensors of `mask`; its input specs). `keep`: a ViT block-keep pattern (tuple of
   bools, `models.vit.block_keep`) the forward passes run under (FLL's depth dropout)."""
   method = fedavg_config.method
@@ -169,10 +169,12 @@ def local_step(model, mask, fedavg_config, images: np.ndarray, keep=None):
     v1, v2 = common.views({"images": images, "ids": ids}, seed, fedavg_config.augment)
     with vit.block_keep(keep), tf.GradientTape() as tape:
       tape.watch(trained)
-      outputs = fedavg.view_outputs(
-          model, method, mask.merge(trained, list(weights)), None, v1, v2,
-          fedavg.initial_ssl_state(model, fedavg_config).get("queue"))
-      loss = fedavg.client_loss(model, fedavg_config, outputs, list(weights), v2)
+      current = mask.merge(trained, list(weights))
+      outputs = client_work.view_outputs(
+          model, method, current, None, v1, v2,
+          client_work.initial_ssl_state(model, fedavg_config).get("queue"))
+      loss = client_work.client_loss(
+          fedavg_config, client_work.Step(model, outputs, list(weights), current, v1, v2))
     return loss, tape.gradient(loss, trained)
 
   specs = ([tf.TensorSpec(s.shape, s.dtype) for s in model.weight_specs],

@@ -35,7 +35,8 @@ from tff_ssl import data as data_lib
 from tff_ssl import evaluation, losses, methods, models, optim, rundir
 from tff_ssl import progress as progress_lib
 from tff_ssl import ssl as ssl_lib
-from tff_ssl.federated import runner, ssl_model
+from tff_ssl import runner
+from tff_ssl.federated import ssl_model
 from tff_ssl.training import PretrainConfig, centralized, pretrain
 
 
@@ -46,16 +47,10 @@ def method_specific_fields() -> tuple[str, ...]:
   return tuple(sorted({f for m in methods.METHODS.values() for f in m.fields} | {"ssl"} |
                       {f for m in ssl_lib.SSL_METHODS.values() for f in m.hparams}))
 
-# Partitions of the training split into clients, and the fields each reads: "dirichlet"
-# (num_clients x samples_per_client, each client's labels ~ Dir(alpha)), "dirichlet_split" (every
-# class split over the clients by Dir(alpha) proportions: clients of unequal size, the L-DAWA paper's;
-# split_samples > 0 splits a random subset of that many images) or "classes" (num_clients x
-# samples_per_client, each client holding classes_per_client classes in equal shares: FedEMA's).
+# Partitions of the training split into clients, and the fields each reads (`data.PARTITIONS`).
+PARTITIONS = {name: p.fields for name, p in data_lib.PARTITIONS.items()}
 HEAD_NORMS = {"group": None, "batch": None}  # --head_norm's choices (`ssl_model.head_options`).
 
-PARTITIONS = {"dirichlet": ("samples_per_client", "alpha"),
-              "dirichlet_split": ("split_samples", "alpha"),
-              "classes": ("samples_per_client", "classes_per_client")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,13 +105,13 @@ class ExperimentConfig:
   scale_normalization: bool = False  # L-DAWA family: scale GroupNorm tensors too (authors' code).
   fedavg_warmup_rounds: int = 0  # DAWA family: plain FedAvg first (authors' code).
   measure_divergence: bool = False  # Non-DAWA strategies: report the mean client-global cosine.
-  # Stateful clients (tff_ssl/federated/fedssl.py): FedU's threshold, FedEMA's scaler (> 0: constant
+  # Stateful clients (tff_ssl/methods/fedssl.py): FedU's threshold, FedEMA's scaler (> 0: constant
   # lambda; 0: the autoscaler with tau), and the divergence ("paper" or the authors' "code").
   fedu_threshold: float = 0.4
   fedema_lambda: float = 0.0
   fedema_tau: float = 0.7
   divergence_measure: str = "paper"
-  # FedFoA's term on top of FedBYOL / FedU / FedEMA (tff_ssl/federated/fedfoa.py): lambda, the warm-up
+  # FedFoA's term on top of FedBYOL / FedU / FedEMA (tff_ssl/methods/fedfoa.py): lambda, the warm-up
   # rounds, the norm of ||Z - Q* R_j||, which bank entries j ("trace": a larger trace than the
   # client's current R; "all"), the bank ("clients": each client's newest R_bar; "merged": their
   # mean) and its size (0: the clients per round).
@@ -127,14 +122,15 @@ class ExperimentConfig:
   fedfoa_select: str = "trace"
   fedfoa_bank: str = "clients"
   fedfoa_bank_size: int = 0
-  # Heterogeneous clients (tff_ssl/federated/heterogeneous.py): client c's encoder is
+  # Heterogeneous clients (tff_ssl/methods/heterogeneous.py): client c's encoder is
   # architectures[c % len(architectures)].
   architectures: tuple[str, ...] = ("resnet14", "resnet18", "vgg9", "alexnet")
-  # FedLAMA (L-DAWA's EUC row, tff_ssl/federated/fedlama.py): the base aggregation interval in rounds
+  # FedLAMA (L-DAWA's EUC row, tff_ssl/methods/fedlama.py): the base aggregation interval in rounds
   # and the factor phi of the relaxed layers' interval.
   fedlama_interval: int = 1
   fedlama_phi: int = 2
-  # Layer-wise methods (tff_ssl/federated/layerwise.py). LW-FedSSL: the fraction of the training
+  fedprox_mu: float = 0.01  # FedProx: the proximal term's weight mu (tff_ssl/methods/fedprox.py).
+  # Layer-wise methods (tff_ssl/methods/layerwise.py). LW-FedSSL: the fraction of the training
   # images the server holds for its calibration (unlabeled, never a client's) and the weight beta of
   # the clients' representation alignment; FLL + DD: the probability that a frozen block is dropped
   # at a local step.
@@ -234,9 +230,7 @@ class ExperimentConfig:
       raise ValueError(f"classes_per_client must be >= 1; got {self.classes_per_client}")
     if self.split_samples < 0:
       raise ValueError(f"split_samples must be >= 0 (0: the whole split); got {self.split_samples}")
-    if self.partition == "dirichlet_split" and not self.alpha > 0:
-      raise ValueError(f"the dirichlet_split partition needs alpha > 0; got {self.alpha} (alpha = 0, "
-                       f"one class per client, is the dirichlet partition's)")
+    data_lib.PARTITIONS[self.partition].check(self)
     _choice("head_norm", self.head_norm, HEAD_NORMS)
     if self.head_norm == "batch":
       refusal = methods.get(self.method).no_batch_heads
@@ -325,7 +319,9 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
   """Pretrains and evaluates per `config`, writing the run folder `output_dir`; returns the results.
 
   All input is checked (data present, sizes feasible, folder not holding a finished run) before the
-  folder is created. `random_init_baseline`: also probe the encoder at its initialization.
+  folder is created. `random_init_baseline`: also probe the encoder at its initialization, and a
+  linear classifier on the raw pixels under the same probe (the baselines a pretrained encoder's
+  number means something beside; last, so the other numbers are those of a run without them)
   `evaluate(encoder, train, test)`: further evaluations of the pretrained encoder, stored under
   "evaluations" in results.json (which is written last, so a run interrupted while evaluating resumes).
   """
@@ -365,6 +361,9 @@ def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progre
                                 for k in next(iter(each.values()))}
       results["evaluations_each"] = each
     results["evaluation_seconds"] = round(time.perf_counter() - start, 1)
+  if random_init_baseline:
+    results["linear_probe_accuracy_raw_pixels"] = evaluation.linear_probe(
+        evaluation.raw_pixels(train.image_shape), train, test, config.probe_config())
   rundir.write_atomic(results_path, json.dumps(results, indent=2, sort_keys=True) + "\n")
   return results
 

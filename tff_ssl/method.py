@@ -4,7 +4,7 @@ A method declares its name, its kind, the config fields it reads, the client SSL
 with (`tff_ssl.ssl`), the fewest images a client needs, and, for a federated method, how its TFF
 process is built. The runner, `bin/train`, `tasks/` and the tables ask the entry; none compares method
 names. Adding a federated method is one module (its process and its `METHOD = Method(...)`), one line
-in `tff_ssl/methods.py` and its tests (README: "Adding a method").
+in `tff_ssl/methods/__init__.py` and its tests (docs/adding_a_method.md).
 """
 
 from __future__ import annotations
@@ -34,14 +34,15 @@ class Method:
   """A method's registry entry.
 
   name: what `--method` takes.
-  kind: "federated" (a TFF process, run by `tff_ssl.federated.runner`), "centralized" (pretraining
+  kind: "federated" (a TFF process, run by `tff_ssl.runner`), "centralized" (pretraining
     on the pooled data) or "supervised" (the from-scratch baseline; no pretraining).
   fields: the `ExperimentConfig` fields it reads beyond the common ones; the chosen SSL method's
     hyperparameters (`tff_ssl.ssl`) are read too. Setting a field the method does not read is an error.
   ssl: the client SSL methods it trains with (empty: it reads no `ssl`).
   validate(config): builds the method's typed sub-configs from an `ExperimentConfig`, which validates
     them (raises ValueError naming the bad value); called once, when the config is made.
-  build(config, model, image_shape): the method's TFF process (federated methods) over a
+  build(config, model, image_shape, context): the method's process (federated methods: a
+    `tff_ssl.federated.process.FederatedProcess`; `context` a `process.BuildContext`) over a
     `FunctionalModel`, with `initialize()` and `next(state, clients, *, client_ids, store)`.
   min_samples(config): the fewest images a client can train on.
   divergence_hint(config): what to change when the loss became NaN (appended to the error).
@@ -49,7 +50,7 @@ class Method:
     empty: it can.
   auxiliary: the method's server trains on unlabeled images of its own (LW-FedSSL's calibration):
     the runner holds `config.auxiliary_fraction` of the training images out of the clients' data
-    and passes them to `build(..., auxiliary={"images": ..., "ids": ...})`.
+    and passes them in the build context (`BuildContext.auxiliary`: {"images": ..., "ids": ...}).
   """
 
   name: str

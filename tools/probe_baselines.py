@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The baselines a table's encoders must beat, under the LARS probe and the tuned probe, at several
 label fractions and label-subset seeds: raw pixels and the table's encoder at its initialization.
-Writes nothing; prints a Markdown table (README, "Choosing the mini regime"; issue 31).
+Writes nothing; prints a Markdown table (docs/mini_regime.md, "Choosing the mini regime"; issue 31).
 
   .venv/bin/python tools/probe_baselines.py --table=dcco_table1 --scale=mini \
       --label_fractions=0.1,0.01 --seeds=0,1 [--dataset=fashion_mnist_shifted]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far each cell's pretrained encoder moved from its initialization, and what its client states
-say (README, "The former mini FedEMA table"; docs/mini_regime.md). Reads a `bin/reproduce` output
+say (docs/results.md, "The mini FedEMA table"; docs/mini_regime.md). Reads a `bin/reproduce` output
 folder; writes nothing.
 
   .venv/bin/python tools/representation_stats.py runs/fedema3-mini
@@ -11,7 +11,7 @@ first 1,000 test images, the mean pairwise cosine between encoder features and t
 the features use), the same effective rank of the standardized features (each dimension scaled to
 unit variance, as the linear probe sees them) and the largest direction's share of their variance,
 the loss in the first and last round and, for cells with stateful clients, the
-range over clients of the last stored divergence d, mu and lambda_k (`tff_ssl.federated.fedssl`).
+range over clients of the last stored divergence d, mu and lambda_k (`tff_ssl.methods.fedssl`).
 For centralized cells, which save their heads (`heads.npz`), the projections of the same images too:
 the per-dimension std of the l2-normalized projections times sqrt(d) (1: spread over every dimension;
 0: collapsed to one point, the measure of BYOL's and SimSiam's papers) and their effective rank.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-round weight norms of a federated run's config: how an aggregation strategy changes the global
-model's scale (README, "The mini L-DAWA table"). Writes nothing; the run folder only gives the config.
+model's scale (docs/results.md, "The mini L-DAWA table"). Writes nothing; the run folder only gives the config.
 
   .venv/bin/python tools/weight_norms.py runs/l2/cells/ldawa/barlow_twins 8
   .venv/bin/python tools/weight_norms.py runs/l2/cells/ldawa/barlow_twins 8 aggregator=fedavg
@@ -23,7 +23,7 @@ runtime.install()  # Before TFF is imported: no orphan worker on any exit path.
 import numpy as np  # noqa: E402
 
 from tff_ssl import experiment, methods, tables  # noqa: E402
-from tff_ssl.federated import runner  # noqa: E402
+from tff_ssl import runner  # noqa: E402
 
 
 def norm_ratios(names, initial, weights) -> dict[str, float]:

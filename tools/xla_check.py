@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from tff_ssl import benchmark, data  # noqa: E402
-from tff_ssl.federated import common, dcco  # noqa: E402
+from tff_ssl.federated import common  # noqa: E402
+from tff_ssl.methods import dcco  # noqa: E402
 from tff_ssl.federated.functional import FunctionalModel  # noqa: E402
 from tff_ssl.federated.grouping import Simulation  # noqa: E402
 

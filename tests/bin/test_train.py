@@ -37,6 +37,8 @@ def test_smoke_run_writes_a_finished_run_folder(tmp_path):
   assert hparams["steps"] == 2 and hparams["dataset"] == "synthetic"
   assert 0 <= results["linear_probe_accuracy_pretrained"] <= 1
   assert 0 <= results["linear_probe_accuracy_random_init"] <= 1
+  assert 0 <= results["linear_probe_accuracy_raw_pixels"] <= 1
+  assert "raw pixels (no encoder)" in printed
   rows = open(os.path.join(out, "metrics.csv")).read().splitlines()
   assert rows[0] == "step,loss,linear_probe_accuracy" and [r.split(",")[0] for r in rows[1:]] == ["0", "1"]
 

@@ -152,6 +152,16 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
   for key in ("final_loss", "linear_probe_accuracy_pretrained", "linear_probe_accuracy_random_init"):
     assert a[key] == b[key], key
 
+  # metrics.csv follows the checkpoint it resumes from: a row cut short by a kill during its write
+  # (7 bytes) goes, and a lost row comes back, from the rounds' metrics kept in the checkpoint.
+  text = (full / "metrics.csv").read_text()
+  for damaged in (text[:-7], "".join(text.splitlines(keepends=True)[:2])):
+    (killed / "metrics.csv").write_text(damaged)
+    (killed / "results.json").unlink()
+    proc = train_here(killed, *grouped)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (killed / "metrics.csv").read_text() == text
+
   # bin/evaluate fine-tunes the finished federated run's encoder.
   evaluate = os.path.join(ROOT, "bin", "evaluate")
   proc = subprocess.run([sys.executable, evaluate, f"--run_dir={full}", "--protocol=fine_tune",

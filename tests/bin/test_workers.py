@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tff_ssl import cli, runtime
-from tff_ssl.federated import runner
+from tff_ssl import runner
 from tests import spread
 from tests.bin import binaries
 

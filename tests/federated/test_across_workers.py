@@ -11,8 +11,9 @@ import contextlib
 import pytest
 
 from tff_ssl import aggregators, runtime
-from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 
 from tests.federated.test_grouping import (AUGMENT, DCCO_ROUNDS, FEDAVG_ROUNDS, LR, REFERENCE,
@@ -36,20 +37,21 @@ def across(targets):
 
 
 def compare(make_process, rounds, targets):
+  """`make_process(mergeable)`'s rounds across `targets` against the local worker's."""
   states = []
-  want = run_two_rounds(make_process(), rounds, record=states)
+  want = run_two_rounds(make_process(False), rounds, record=states)
   with across(targets):
-    got = run_two_rounds(make_process(), rounds, states=states)
+    got = run_two_rounds(make_process(True), rounds, states=states)
   assert_same_rounds(got, want, "two workers vs the local worker")
 
 
 @pytest.mark.parametrize("name", sorted(aggregators.AGGREGATORS))
 def test_every_strategy_across_two_workers_equals_local(two_workers, name):
   model = plain_model()
-  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
+  config = ClientConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
                            seed=SEED)
   factory = aggregators.AggregatorConfig(name=name).build(model)
-  compare(lambda: FedAvgSSLProcess(model, SHAPE, SGD, config, factory, REFERENCE),
+  compare(lambda _: FedAvgSSLProcess(model, SHAPE, SGD, config, factory, REFERENCE),
           rounds_of_clients(FEDAVG_ROUNDS), two_workers)
 
 
@@ -58,15 +60,16 @@ def test_every_strategy_across_two_workers_equals_local(two_workers, name):
 def test_dcco_phases_across_two_workers_equal_local(two_workers, simulation):
   model = plain_model()
   config = DCCOConfig(client_learning_rate=LR["cco"], local_steps=1, augment=AUGMENT, seed=SEED)
-  compare(lambda: DCCOProcess(model, SHAPE, SGD, config, simulation),
+  compare(lambda mergeable: DCCOProcess(model, SHAPE, SGD, config, simulation,
+                                       split_phases=mergeable),
           rounds_of_clients(DCCO_ROUNDS), two_workers)
 
 
 def test_a_grouped_strategy_across_two_workers_equals_local(two_workers):
   """A strategy whose per-client stage runs inside the slots (loss weights, L-DAWA angles)."""
   model = plain_model()
-  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
+  config = ClientConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
                            seed=SEED)
   factory = aggregators.AggregatorConfig(name="ldawa_loss").build(model)
-  compare(lambda: FedAvgSSLProcess(model, SHAPE, SGD, config, factory, Simulation(group_size=2)),
+  compare(lambda _: FedAvgSSLProcess(model, SHAPE, SGD, config, factory, Simulation(group_size=2)),
           rounds_of_clients(FEDAVG_ROUNDS), two_workers)

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from tff_ssl import experiment, models
 from tff_ssl.federated import common, ssl_model
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.models.layers import BatchStatNormalization, batch_segments
@@ -89,7 +90,7 @@ def test_grouped_equals_reference_each_client_its_own_statistics(ssl, steps, sim
   group's clients that GroupNorm heads allow, mixes the clients' statistics and differs."""
   tf.keras.utils.set_random_seed(1)
   model = FunctionalModel(lambda: build_batch_head_model(output_norm=ssl == "simsiam"))
-  config = FedAvgSSLConfig(ssl=ssl, client_learning_rate=LR[ssl], local_steps=steps,
+  config = ClientConfig(ssl=ssl, client_learning_rate=LR[ssl], local_steps=steps,
                            augment=AUGMENT, seed=SEED, head_norm="batch")
   rounds = rounds_of_clients(FEDAVG_ROUNDS)
   states = []
@@ -107,10 +108,10 @@ def test_grouped_equals_reference_each_client_its_own_statistics(ssl, steps, sim
 
 
 def test_a_client_needs_two_images_for_batch_statistics():
-  config = FedAvgSSLConfig(ssl="byol", head_norm="batch")
-  assert config.min_samples == 2 and FedAvgSSLConfig(ssl="byol").min_samples == 1
+  config = ClientConfig(ssl="byol", head_norm="batch")
+  assert config.min_samples == 2 and ClientConfig(ssl="byol").min_samples == 1
   with pytest.raises(ValueError, match="head_norm must be 'group' or 'batch'; got 'layer'"):
-    FedAvgSSLConfig(head_norm="layer")
+    ClientConfig(head_norm="layer")
 
 
 def test_each_view_is_normalized_over_its_own_images():

@@ -35,7 +35,7 @@ PROGRAM = textwrap.dedent("""
         if round_num == kill_after:
           os.kill(os.getpid(), signal.SIGKILL)
       client_state.DiskClientStateStore.write = write_then_die
-      from tff_ssl.federated import layerwise  # Stateless: dies right after round `kill_after`.
+      from tff_ssl.methods import layerwise  # Stateless: dies right after round `kill_after`.
       step = layerwise.LayerwiseProcess.next
       def step_then_die(self, state, *args, **kwargs):
         out = step(self, state, *args, **kwargs)

@@ -12,8 +12,9 @@ import tensorflow_federated as tff
 from tff_ssl import losses, models
 from tff_ssl.data import AugmentConfig, two_views
 from tff_ssl.federated import common, grouping
-from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests import spread
@@ -146,7 +147,7 @@ def test_fedavg_cco_round_is_not_the_centralized_step(model):
   images, clients = make_clients([2, 3, 4, 7])  # Within-client CCO needs >= 2 images.
   grad = centralized_gradient(model, model.initial_weights, images)
   process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-                             FedAvgSSLConfig(ssl="cco", client_learning_rate=ETA, augment=AUGMENT,
+                             ClientConfig(ssl="cco", client_learning_rate=ETA, augment=AUGMENT,
                                              seed=SEED))
   state = process.initialize()
   new_state, _ = process.next(state, clients)
@@ -226,7 +227,7 @@ def test_dcco_type_signatures(model):
 def test_fedavg_update_is_the_nk_weighted_mean_of_client_updates(model):
   _, clients = make_clients([2, 6])
   process = FedAvgSSLProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
-                             FedAvgSSLConfig(ssl="simclr", client_learning_rate=ETA,
+                             ClientConfig(ssl="simclr", client_learning_rate=ETA,
                                              augment=AUGMENT, seed=SEED),
                              simulation=Simulation(mode="reference"))
   sig = process.run_round.type_signature

@@ -9,8 +9,9 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_ssl import experiment
-from tff_ssl.federated import client_state, common, fedfoa, fedssl, heterogeneous
-from tff_ssl.federated.fedavg import FedAvgSSLProcess
+from tff_ssl.federated import client_state, common
+from tff_ssl.methods import fedfoa, fedssl, heterogeneous
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
 from tests import spread
@@ -48,7 +49,7 @@ def process_of(simulation, fc=FC):
                                     ema_target=True)
   if fc is None:
     return FedAvgSSLProcess(model, SHAPE, SGD, BYOL, simulation=simulation, client_state=inner)
-  return fedfoa.FedFoAProcess(model, SHAPE, SGD, dataclasses.replace(BYOL, feature_correlation=fc),
+  return fedfoa.FedFoAProcess(model, SHAPE, SGD, BYOL.with_terms(fedfoa.FeatureCorrelationTerm(fc, DIM)),
                               simulation=simulation,
                               client_state=fedfoa.FeatureCorrelationState(inner, fc, DIM))
 
@@ -121,8 +122,9 @@ def test_clients_upload_their_update_and_r_only(runs):
     sig = process.run_round.type_signature
     reports = sig.result.reports
     assert reports.placement is tff.SERVER
-    assert list(reports.member._name_to_index) == ["client", "r", "term", "partners"]  # pylint: disable=protected-access
-    assert reports.member.r.shape == (None, DIM, DIM)
+    assert list(reports.member._name_to_index) == ["client", "fedfoa"]  # pylint: disable=protected-access
+    assert list(reports.member.fedfoa._name_to_index) == ["r", "term", "partners"]  # pylint: disable=protected-access
+    assert reports.member.fedfoa.r.shape == (None, DIM, DIM)
     assert sig.parameter.ids.placement is tff.CLIENTS
     assert sig.parameter.context.placement is tff.SERVER
     assert sig.result.client_states.placement is tff.CLIENTS

@@ -12,8 +12,9 @@ import tensorflow_federated as tff
 
 from tff_ssl import aggregators
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.federated import client_state, common, fedlama
-from tff_ssl.federated.fedavg import FedAvgSSLConfig
+from tff_ssl.federated import client_state, common
+from tff_ssl.methods import fedlama
+from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.grouping import Simulation
 from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of, resnet
 from tests import spread
@@ -75,7 +76,7 @@ def test_a_client_keeps_its_copy_of_a_tensor_not_aggregated_since_its_last_round
 
 # --- Whole rounds ----------------------------------------------------------------------------------
 
-CONFIG = FedAvgSSLConfig(ssl="simclr", client_learning_rate=0.05, augment=AUGMENT, seed=4)
+CONFIG = ClientConfig(ssl="simclr", client_learning_rate=0.05, augment=AUGMENT, seed=4)
 SGD = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 SIZES = {0: 4, 1: 6, 2: 3}  # Every client takes part in every round (cross-silo), unequal N_k.
 ROUNDS = 4

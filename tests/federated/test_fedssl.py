@@ -10,8 +10,10 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import models
-from tff_ssl.federated import client_state, common, fedssl
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated import client_state, common
+from tff_ssl.methods import fedssl
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of, resnet
@@ -132,7 +134,7 @@ def test_bad_stateful_settings_name_the_value():
 
 # --- Whole rounds -----------------------------------------------------------------------------------
 
-BYOL = FedAvgSSLConfig(ssl="byol", client_learning_rate=0.05, target_decay=0.9, augment=AUGMENT,
+BYOL = ClientConfig(ssl="byol", client_learning_rate=0.05, target_decay=0.9, augment=AUGMENT,
                        seed=3)
 SGD = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 ROUNDS = [[0, 1, 2], [1, 2], [0, 2]]  # Client ids of rounds 0, 1, 2.
@@ -238,7 +240,7 @@ def test_fedmoco_keeps_its_momentum_network_and_queue_across_rounds():
   round 2's 4 keys in front of its queue after round 0 (not a fresh zero queue), and its momentum
   network moved by its own EMA only."""
   model = resnet()
-  cfg = FedAvgSSLConfig(ssl="moco", client_learning_rate=0.05, target_decay=0.9, moco_queue=12,
+  cfg = ClientConfig(ssl="moco", client_learning_rate=0.05, target_decay=0.9, moco_queue=12,
                         temperature=0.2, augment=AUGMENT, seed=3)
   state_lib = fedssl.SiameseClientState(model.names, common.TensorMask.all(len(model.names)),
                                         fedssl.StatefulConfig(), ema_target=True, queue_size=12)

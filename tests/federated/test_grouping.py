@@ -23,9 +23,10 @@ import tensorflow_federated as tff
 from tff_ssl import aggregators, models
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.data import AugmentConfig
-from tff_ssl.federated import common, fedavg, grouping
-from tff_ssl.federated.dcco import DCCOConfig, DCCOProcess
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated import client_work, common, grouping
+from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests import spread
@@ -182,7 +183,7 @@ def test_fedavg_grouped_equals_reference(ssl, steps, simulation):
   differs by 1.3e-3 of its size (predictions at initialization nearly collinear: a softmax over
   nearly equal logits), which measures conditioning, not the simulation."""
   model = predictor_model() if ssl_lib.get(ssl).predictor else plain_model()
-  config = FedAvgSSLConfig(ssl=ssl, client_learning_rate=LR[ssl], local_steps=steps,
+  config = ClientConfig(ssl=ssl, client_learning_rate=LR[ssl], local_steps=steps,
                            augment=AUGMENT, seed=SEED)
   rounds = rounds_of_clients(FEDAVG_ROUNDS)
   states = []
@@ -203,7 +204,7 @@ def test_every_strategy_is_the_same_in_both_modes(model, name):
   float32 ulp (1.2e-7), so a difference carried over from round 1 would measure conditioning, not
   the aggregation.
   """
-  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
+  config = ClientConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
                            seed=SEED)
   factory = aggregators.AggregatorConfig(name=name).build(model)
   rounds = rounds_of_clients(FEDAVG_ROUNDS)
@@ -224,7 +225,7 @@ def test_grouped_upload_is_flat_unless_an_inner_factory_is_given(model):
   """A slot's contribution crosses TFF as one flat vector when the strategy's server stage is its
   own (elementwise) weighted mean; a given inner factory sees the per-tensor value, as in reference
   mode, and the rounds are the same either way."""
-  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
+  config = ClientConfig(ssl="simclr", client_learning_rate=LR["simclr"], augment=AUGMENT,
                            seed=SEED)
   inner = tff.aggregators.MeanFactory(value_sum_factory=tff.aggregators.SumFactory())
   flat = FedAvgSSLProcess(model, SHAPE, SGD, config, aggregators.FedAvgFactory(),
@@ -244,14 +245,14 @@ def test_minibatch_rounds_report_the_clients_first_step_loss(model):
   """Local epochs in minibatches (a tf.while_loop in TFF's graph): the round's loss is the N_k-weighted
   mean of each client's first-step loss, as the same client training computed eagerly gives it, and
   the grouped mode agrees."""
-  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], local_steps=2,
+  config = ClientConfig(ssl="simclr", client_learning_rate=LR["simclr"], local_steps=2,
                            local_batch_size=16, augment=AUGMENT, seed=SEED)
   clients = rounds_of_clients(FEDAVG_ROUNDS)[0]
   process = FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=REFERENCE)
   state = process.initialize()
   out = process.compute_update(state, clients)
   seed = common.round_seed(SEED, 0)
-  firsts = [float(fedavg.local_training(
+  firsts = [float(client_work.local_training(
       model, process.config, [tf.constant(w) for w in state.weights], tf.constant(seed),
       {"images": tf.constant(c["images"]), "ids": tf.constant(c["ids"])})[1]) for c in clients]
   sizes = [len(c["ids"]) for c in clients]
@@ -266,7 +267,7 @@ def test_minibatch_rounds_report_the_clients_first_step_loss(model):
 
 def test_one_round_of_loss_weighting_by_hand(model):
   """softmax(-L_k) over the reference clients' own updates and losses, computed here in NumPy."""
-  config = FedAvgSSLConfig(ssl="simclr", client_learning_rate=LR["simclr"], local_steps=2,
+  config = ClientConfig(ssl="simclr", client_learning_rate=LR["simclr"], local_steps=2,
                            augment=AUGMENT, seed=SEED)
   clients = rounds_of_clients([[20, 50, 30]])[0]
   process = FedAvgSSLProcess(model, SHAPE, SGD, config, aggregators.LossFactory(),
@@ -295,9 +296,9 @@ def test_grouped_mode_refuses_a_factory_it_cannot_run_per_client(model):
   wrapped = tff.aggregators.clipping_factory(1.0, aggregators.LDAWAFactory(
       aggregators.ModelLayout.from_model(model)))
   with pytest.raises(ValueError, match="grouped simulation runs the aggregation strategy"):
-    FedAvgSSLProcess(model, SHAPE, SGD, FedAvgSSLConfig(ssl="simclr"), wrapped, Simulation())
+    FedAvgSSLProcess(model, SHAPE, SGD, ClientConfig(ssl="simclr"), wrapped, Simulation())
   with pytest.raises(ValueError, match="must weigh clients by their ClientInfo"):
-    FedAvgSSLProcess(model, SHAPE, SGD, FedAvgSSLConfig(ssl="simclr"),
+    FedAvgSSLProcess(model, SHAPE, SGD, ClientConfig(ssl="simclr"),
                      tff.aggregators.MeanFactory(), REFERENCE)
 
 

@@ -13,7 +13,10 @@ import pytest
 from tff_ssl import cost, losses
 from tff_ssl.data import synthetic
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.federated import common, fedavg, layerwise, runner
+from tff_ssl import runner
+from tff_ssl.federated import client_work, common
+from tff_ssl.methods import alignment, layerwise
+from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.models import vit
 from tff_ssl.federated.functional import FunctionalModel
 
@@ -165,13 +168,14 @@ def test_client_loss_adds_beta_times_alignment_of_local_and_broadcast_features()
   train = synthetic("train", num_examples=4, seed=0)
   tf.keras.utils.set_random_seed(0)
   model = FunctionalModel(runner.ssl_model_builder(cfg, train.image_shape, features=True))
-  fcfg = fedavg.FedAvgSSLConfig(ssl="mocov3", temperature=0.2, alignment_weight=0.01)
+  fcfg = ClientConfig(ssl="mocov3", temperature=0.2,
+                      terms=(alignment.RepresentationAlignment(0.01, 0.2),))
   v1, v2 = common.views(common.client_inputs(train.images, np.arange(4)), np.array([0, 0]),
                         fcfg.augment)
   start = [tf.constant(w) for w in model.initial_weights]
   moved = [w + 0.01 * tf.random.stateless_normal(w.shape, [1, i]) for i, w in enumerate(start)]
   for local in (start, moved):  # local = global (a client's first step), then apart.
-    out = fedavg.view_outputs(model, fcfg.method, local, None, v1, v2)
+    out = client_work.view_outputs(model, fcfg.method, local, None, v1, v2)
     glob = model(start, v2)[-1].numpy()
     h1 = out.h1.numpy()
     l = h1 / np.linalg.norm(h1, axis=1, keepdims=True)
@@ -179,7 +183,8 @@ def test_client_loss_adds_beta_times_alignment_of_local_and_broadcast_features()
     logits = l @ g.T / 0.2
     align = np.mean(np.log(np.exp(logits).sum(1)) - np.diag(logits))
     want = float(fcfg.method.loss(out, fcfg)) + 0.01 * align
-    assert float(fedavg.client_loss(model, fcfg, out, start, v2)) == pytest.approx(want, rel=1e-5)
+    step = client_work.Step(model, out, start, local, v1, v2)
+    assert float(client_work.client_loss(fcfg, step)) == pytest.approx(want, rel=1e-5)
     if local is start:  # The global representations are the local ones of view 2.
       np.testing.assert_allclose(glob, out.h2.numpy(), rtol=1e-4, atol=1e-5)
 

@@ -6,7 +6,7 @@ import csv
 import numpy as np
 import pytest
 
-from tff_ssl.federated.runner import CSVReleaseManager
+from tff_ssl.runner import CSVReleaseManager
 
 
 def _rows(path):

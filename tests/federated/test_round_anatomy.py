@@ -13,7 +13,8 @@ import tensorflow_federated as tff
 from tff_ssl import models
 from tff_ssl.data import AugmentConfig
 from tff_ssl.federated import client_state, common
-from tff_ssl.federated.fedavg import FedAvgSSLConfig, FedAvgSSLProcess
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests.federated import toy_stateful
@@ -21,7 +22,7 @@ from tests import spread
 
 SHAPE = (12, 12, 1)
 AUGMENT = AugmentConfig(crop_scale=(0.5, 1.0), blur=False)
-CONFIG = FedAvgSSLConfig(ssl="simclr", client_learning_rate=0.05, augment=AUGMENT, seed=4)
+CONFIG = ClientConfig(ssl="simclr", client_learning_rate=0.05, augment=AUGMENT, seed=4)
 SGD = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 
 

@@ -9,7 +9,8 @@ import collections
 import tensorflow as tf
 
 from tff_ssl import methods
-from tff_ssl.federated import client_state, common, fedavg
+from tff_ssl.federated import client_state, common
+from tff_ssl.methods import fedavg
 from tff_ssl.method import Method
 
 
@@ -29,7 +30,8 @@ class CounterAndMeanUpdate(client_state.ClientState):
     return collections.OrderedDict(count=count, mean_update=mean)
 
 
-def build(config, model, image_shape):
+def build(config, model, image_shape, context=None):
+  del context  # No server training; one aggregation a round.
   fedavg_config, aggregator, simulation = fedavg.process_config(config)
   return fedavg.FedAvgSSLProcess(model, image_shape,
                                  common.server_optimizer_for(config, model.names), fedavg_config,

@@ -17,7 +17,7 @@ import dataclasses
 import numpy as np
 
 from tff_ssl import evaluation
-from tff_ssl.federated import runner
+from tff_ssl import runner
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.tables import Table
 

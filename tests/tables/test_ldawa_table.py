@@ -154,7 +154,7 @@ def test_paper_size_model_and_types():
 
 
 def test_a_diverged_dawa_run_names_the_warmup():
-  from tff_ssl.federated import runner  # pylint: disable=g-import-not-at-top
+  from tff_ssl import runner  # pylint: disable=g-import-not-at-top
   table = ldawa_table2.mini()
   column = table.column("barlow_twins")
   hint = runner._divergence_hint(table.cell_config(table.row("ldawa"), column))  # pylint: disable=protected-access

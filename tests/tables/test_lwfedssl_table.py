@@ -13,7 +13,8 @@ import tasks
 from tasks import lwfedssl_table
 from tests.tables import gates
 from tff_ssl import benchmark, experiment, reproduce
-from tff_ssl.federated import layerwise, runner
+from tff_ssl import runner
+from tff_ssl.methods import layerwise
 from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
 

@@ -22,7 +22,9 @@ Ragged: a list of `num_clients` 1-D int64 arrays of unequal lengths.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import Any, Callable
 
 import numpy as np
 
@@ -300,3 +302,60 @@ def dirichlet_label_split(labels: np.ndarray, *, num_clients: int, alpha: float,
     for k, chunk in enumerate(np.split(members, np.cumsum(class_counts)[:-1])):
       parts[k].append(chunk)
   return [rng.permutation(np.concatenate(chunks)).astype(np.int64) for chunks in parts]
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+  """A way to split the training images into clients (`--partition`), by name in `PARTITIONS`.
+
+  fields: the config fields it reads (beyond num_clients and seed).
+  fixed_size: every client holds `samples_per_client` images (else clients of unequal size).
+  split(config, labels, min_samples): the clients, as index rows into `labels` (`min_samples`: the
+    fewest images a client of the run's method can train on, for partitions of unequal clients).
+  check(config): ValueError naming a bad value of its fields (default: none).
+  """
+
+  name: str
+  fields: tuple[str, ...]
+  fixed_size: bool
+  split: Callable[[Any, np.ndarray, int], Any]
+  summary: str
+  check: Callable[[Any], None] = lambda config: None
+
+
+def _check_dirichlet_split(config) -> None:
+  if not config.alpha > 0:
+    raise ValueError(f"the dirichlet_split partition needs alpha > 0; got {config.alpha} (alpha = 0, "
+                     f"one class per client, is the dirichlet partition's)")
+
+
+PARTITIONS: dict[str, Partition] = {p.name: p for p in (
+    Partition(
+        "dirichlet", ("samples_per_client", "alpha"), True,
+        lambda c, labels, need: dirichlet_partition(
+            labels, num_clients=c.num_clients, samples_per_client=c.samples_per_client,
+            alpha=c.alpha, seed=c.seed),
+        "num_clients x samples_per_client, each client's labels ~ Dir(alpha)"),
+    Partition(
+        "dirichlet_split", ("split_samples", "alpha"), False,
+        lambda c, labels, need: dirichlet_label_split(
+            labels, num_clients=c.num_clients, alpha=c.alpha, seed=c.seed,
+            min_samples_per_client=need, num_samples=c.split_samples or None),
+        "every class split over the clients by Dir(alpha) proportions: clients of unequal size, "
+        "the L-DAWA paper's; split_samples > 0 splits a random subset of that many images",
+        check=_check_dirichlet_split),
+    Partition(
+        "classes", ("samples_per_client", "classes_per_client"), True,
+        lambda c, labels, need: classes_per_client_partition(
+            labels, num_clients=c.num_clients, samples_per_client=c.samples_per_client,
+            classes_per_client=c.classes_per_client, seed=c.seed),
+        "num_clients x samples_per_client, each client holding classes_per_client classes in equal "
+        "shares: FedEMA's"),
+)}
+
+
+def get(name: str) -> Partition:
+  """The partition `name`; ValueError listing the registered names otherwise."""
+  if name not in PARTITIONS:
+    raise ValueError(f"unknown partition {name!r}; choose one of {sorted(PARTITIONS)}")
+  return PARTITIONS[name]

@@ -63,25 +63,14 @@ class ClientState(abc.ABC):
     return list(weights)
 
   def ssl_state(self, state, start: list, context=None, client_id=None) -> dict | None:
-    """What the client's local training carries across its steps (`tff_ssl.federated.fedavg.
-    initial_ssl_state`: "target", its EMA target network; "queue", MoCo's negative keys; FedFoA's
-    bank and running sums) at the start of local training from `start`; entries it leaves out start
-    fresh (default None: all of them, as FedAvg-style clients). `client_id`: the client's id (a
-    scalar int64 tensor) where the state reports (`report_spec`), else None."""
+    """What the client's local training carries across its steps (`tff_ssl.federated.client_work`:
+    "target", its EMA target network; "queue", MoCo's negative keys; a client term's entry, e.g.
+    FedFoA's bank and running sums) at the start of local training from `start`; entries it leaves
+    out start fresh (default None: all of them, as FedAvg-style clients). `client_id`: the client's
+    id (a scalar int64 tensor) where the round's clients report (a client term's `report_spec`),
+    else None."""
     del state, start, context, client_id
     return None
-
-  def report_spec(self, model) -> Any:
-    """The structure (nested `tf.TensorSpec`s) of what each client uploads to the server beside its
-    update, e.g. FedFoA's feature-correlation matrix; None (default): nothing. The process then
-    gives each client its id and collects every client's (id, report) at the server
-    (`FedAvgSSLProcess`: `out["reports"]` in `server_stage`)."""
-    del model
-    return None
-
-  def report(self, ssl_state: dict, context=None) -> Any:
-    """This client's upload (`report_spec`), from what its local training carried to the end."""
-    raise NotImplementedError(f"{type(self).__name__} declares a report_spec; define report()")
 
   @abc.abstractmethod
   def end(self, state, weights: list, delta: list, num_examples, loss, ssl_state=None,

@@ -23,6 +23,7 @@ import tensorflow_federated as tff
 from tff_ssl.data.augment import AugmentConfig, two_views
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.lars import LARSOptimizer
+from tff_ssl.federated.process import GlobalModel
 from tff_ssl.models.layers import batch_segments
 
 
@@ -391,15 +392,14 @@ def _server_step(server_optimizer, weights, state, delta):
   return list(new_weights), state
 
 
-class ServerLoop:
+class ServerLoop(GlobalModel):
   """The server's part shared by every process: initial state, and the optimizer step that closes a
-  round with the aggregated update of the trained tensors (`mask`; default all).
+  round with the aggregated update of the trained tensors (`mask`; default all). A
+  `process.FederatedProcess` over one global model (`process.GlobalModel`).
 
   A method with server state of its own overrides `initial_method_state` and passes the new value to
   `finish_round`; the runner checkpoints and restores it with the rest of `ServerState`.
   """
-
-  client_state = None  # A stateful process's `client_state.ClientState`.
 
   def __init__(self, model: FunctionalModel, server_optimizer, aggregator=None,
                mask: TensorMask | None = None):

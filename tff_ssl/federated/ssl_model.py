@@ -45,3 +45,9 @@ def ssl_model_builder(config, image_shape, features: bool = False):
       outputs.append(h)
     return tf.keras.Model(x, outputs if len(outputs) > 1 else z, name="ssl_model")
   return build
+
+
+def keras_encoder(model, weights) -> tf.keras.Model:
+  """The Keras encoder (the layer named `ENCODER_NAME`) of the SSL model (`FunctionalModel`)
+  carrying `weights`."""
+  return model.keras_model(weights).get_layer(ENCODER_NAME)

@@ -4,7 +4,7 @@ keys (`tff_ssl.losses.moco`), symmetrized over the views. The momentum network i
 one over local steps (decay `target_decay`), as BYOL's target. v1 and v2 differ in the projection head
 (linear vs MLP: `--projector`) and the temperature (0.07 vs 0.2: `--temperature`) and augmentations.
 FedAvg-style clients start each round with the broadcast model as momentum network and a zero queue;
-FedMoCo's clients keep both between rounds (`tff_ssl.federated.fedmoco`).
+FedMoCo's clients keep both between rounds (`tff_ssl.methods.fedmoco`).
 """
 
 from __future__ import annotations

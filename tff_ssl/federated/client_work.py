@@ -1,0 +1,416 @@
+"""A client's work in a round: its config, the SSL loss of one local step, and local training; plus the
+plug-in (`ClientTerm`) by which a method adds to it without editing it.
+
+    local_training(model, cfg, weights, seed, data, mask, carried)
+      for each local step (E epochs of the client's images, full batch or batches of B):
+        views v1, v2 of the batch, keyed by (seed, step, ids)
+        with every term's scope (e.g. depth dropout: skipped blocks):
+          outputs = the model's projections (and predictions, encoder features) of both views
+          loss    = the SSL method's loss + each term's loss
+        one client optimizer step on the trained tensors (`mask`)
+        carried = the SSL method's next state (EMA target, queue) and each term's `after_step`
+      -> (Delta_k, first-step loss, mean loss, what was carried to the end)
+
+`carried` is a dict: the SSL method's entries ("target", "queue": `initial_ssl_state`) and one entry
+per term that carries state, under the term's `key`. A client state (`client_state.ClientState.
+ssl_state`) may bring any of them at the start (FedBYOL's own target, FedFoA's bank); a term's entry
+is present only where its state was brought or `ClientTerm.initial` gives one.
+
+A `ClientTerm` is one object in its method's module (FedFoA's feature-correlation term, LW-FedSSL's
+representation alignment, FLL's depth dropout): what it carries, the term it adds to the loss, how a
+step updates what it carries, and the scope of a step's forward passes. A process that needs more (a
+broadcast context, a report to the server) declares it in its `ClientState` and reads the term's entry.
+Nothing here names a method's term.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+from typing import Any
+
+import tensorflow as tf
+
+from tff_ssl import losses
+from tff_ssl import ssl as ssl_lib
+from tff_ssl.data.augment import AugmentConfig
+from tff_ssl.federated import common, grouping
+from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.losses import moco
+
+DEFAULT_TARGET_DECAY = 0.99  # BYOL's target EMA within local training (FedEMA's setting).
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+  """What a client term sees of one local step: the model, its outputs on the step's views, the
+  weights the client's training started from (`start`: the broadcast model's, all tensors), the
+  weights being trained (`current`, all tensors) and the two views."""
+
+  model: FunctionalModel
+  outputs: ssl_lib.Outputs
+  start: list
+  current: list
+  v1: Any
+  v2: Any
+
+
+class ClientTerm:
+  """A plug-in to a client's local training (module docstring). Subclasses override what they use.
+
+  key: its entry in what local training carries, in a step's record and in the client's report.
+  features: its loss reads the encoder's features (`ssl_lib.Outputs.h1, h2`): the model must output
+    them last (`ssl_model.ssl_model_builder(..., features=True)`).
+
+  Client side (TensorFlow, inside the client's computation): `initial`, `scope`, `loss`,
+  `after_step`, `report`. Server side (NumPy): `measurements` of the round's reports.
+  """
+
+  key: str = ""
+  features: bool = False
+
+  @property
+  def stateful(self) -> bool:
+    """Whether the term acts only where its entry is carried (brought by the client state or given
+    by `initial`): its `loss`, `after_step` and `report` then read it."""
+    return False
+
+  def initial(self, model: FunctionalModel) -> Any:
+    """What the term carries from the start of local training when the client state brings nothing
+    for it (nested tensors); None: nothing."""
+    del model
+    return None
+
+  def scope(self, step_seed) -> contextlib.AbstractContextManager:
+    """The context of one local step's forward passes (default: none)."""
+    del step_seed
+    return contextlib.nullcontext()
+
+  def loss(self, step: Step, carried) -> tuple[tf.Tensor | None, Any]:
+    """(The term added to the step's loss, None for none; what the step records for `after_step`)."""
+    del step, carried
+    return None, None
+
+  def after_step(self, carried, step: Step, record) -> Any:
+    """What the term carries after the step, given the loss's `record` (default: as it was)."""
+    del step, record
+    return carried
+
+  def report_spec(self, model: FunctionalModel) -> Any:
+    """The structure (nested `tf.TensorSpec`s) of what each client uploads for this term beside its
+    update; None (default): nothing. The process then collects every client's report at the server
+    (under `key`, with the clients' ids)."""
+    del model
+    return None
+
+  def report(self, carried) -> Any:
+    """This client's upload (`report_spec`), from what the term carried to the end of training."""
+    raise NotImplementedError(f"{type(self).__name__} declares a report_spec; define report()")
+
+  def measurements(self, reports) -> dict:
+    """On the server: what the round's reports (NumPy, a leading axis over its clients) add to the
+    round's measurements (aggregation.csv); default none."""
+    del reports
+    return {}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientConfig:
+  """The clients' side of a FedAvg-style round.
+
+  local_steps: local epochs; with local_batch_size = 0 (the whole client as one batch) an epoch is
+    one step. With local_batch_size = B > 0 an epoch is floor(N_k / B) steps over a fresh shuffle
+    (a last partial batch is dropped, as SSL training loaders do, unless it is the client's only one).
+  client_weight_decay: weight decay of the client optimizer: coupled L2 on the gradients with SGD
+    (the L-DAWA paper: 1e-4), decoupled with AdamW (LW-FedSSL: 1e-5).
+  terms: the method's `ClientTerm`s, in the order their losses are added.
+  head_norm: the model's heads' normalization ("group", or "batch": statistics of the client's own
+    batch, so a client needs >= 2 images and the grouped simulation runs each real client's forward
+    pass on its own, never several clients' images in one batch).
+  """
+
+  ssl: str = "cco"
+  cco_lambda: float = losses.cco.DEFAULT_LAMBDA
+  temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
+  target_decay: float = DEFAULT_TARGET_DECAY
+  moco_queue: int = moco.DEFAULT_QUEUE
+  client_optimizer: str = "sgd"
+  client_learning_rate: float = 1.0
+  client_weight_decay: float = 0.0
+  local_steps: int = 1
+  local_batch_size: int = 0
+  augment: AugmentConfig = AugmentConfig.dcco_cifar()
+  seed: int = 0
+  terms: tuple[ClientTerm, ...] = ()
+  head_norm: str = "group"
+
+  def __post_init__(self):
+    ssl_lib.get(self.ssl)
+    if self.head_norm not in ("group", "batch"):
+      raise ValueError(f"head_norm must be 'group' or 'batch'; got {self.head_norm!r}")
+    common.check_client_training(self.local_steps, self.client_optimizer,
+                                 self.client_learning_rate)
+    if self.local_batch_size < 0 or self.local_batch_size == 1:
+      raise ValueError(f"local_batch_size must be 0 (full batch) or >= 2; got "
+                       f"{self.local_batch_size}")
+    if self.client_weight_decay < 0:
+      raise ValueError(f"client_weight_decay must be >= 0; got {self.client_weight_decay}")
+    if not 0 <= self.target_decay < 1:
+      raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
+    if self.moco_queue < 1:
+      raise ValueError(f"moco_queue must be >= 1; got {self.moco_queue}")
+    keys = [t.key for t in self.terms]
+    if len(set(keys)) != len(keys) or not all(keys) or set(keys) & {"target", "queue"}:
+      raise ValueError(f"client terms need distinct keys other than the SSL method's "
+                       f"('target', 'queue'); got {keys}")
+
+  @property
+  def method(self) -> ssl_lib.SSLMethod:
+    return ssl_lib.get(self.ssl)
+
+  @property
+  def min_samples(self) -> int:
+    """Fewest images a client can train on: the loss's, and 2 for batch statistics."""
+    return max(self.method.min_samples, 2 if self.head_norm == "batch" else 1)
+
+  @property
+  def needs_features(self) -> bool:
+    """Whether a term reads the encoder's features (the model's last output)."""
+    return any(t.features for t in self.terms)
+
+  def with_terms(self, *terms: ClientTerm) -> "ClientConfig":
+    """This config with `terms` added after its own."""
+    return dataclasses.replace(self, terms=self.terms + tuple(terms))
+
+  def without(self, term_type: type) -> "ClientConfig":
+    """This config without its terms of `term_type` (e.g. the server's calibration, which trains
+    with the SSL loss alone)."""
+    return dataclasses.replace(self, terms=tuple(t for t in self.terms
+                                                 if not isinstance(t, term_type)))
+
+
+def view_outputs(model: FunctionalModel, method: ssl_lib.SSLMethod, weights, target, v1, v2,
+                 queue=None) -> ssl_lib.Outputs:
+  """The SSL method's view outputs; `target` None: the online projections stand in (first step).
+  A model with one output more than its heads (`ssl_model_builder(..., features=True)`) gives the
+  encoder's features too (h1, h2)."""
+  outs = common.encode_outputs(model, weights, v1, v2)
+  heads = 1 + int(method.predictor)
+  (z1, z2), (p1, p2) = outs[0], (outs[1] if method.predictor else (None, None))
+  h1, h2 = outs[heads] if len(outs) > heads else (None, None)
+  t1 = t2 = None
+  if method.ema_target:
+    t1, t2 = (z1, z2) if target is None else common.encode_outputs(model, target, v1, v2)[0]
+  return ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, queue, h1, h2)
+
+
+def _acting(cfg: ClientConfig, carried: dict | None):
+  """The terms that act in this training: those that carry nothing, and the stateful ones whose
+  entry is carried."""
+  return [t for t in cfg.terms if not t.stateful or (carried and t.key in carried)]
+
+
+def step_scope(cfg: ClientConfig, step_seed, carried: dict | None = None):
+  """The context of one local step's forward passes: every acting term's scope."""
+  acting = _acting(cfg, carried)
+  if not acting:
+    return contextlib.nullcontext()
+  stack = contextlib.ExitStack()
+  for t in acting:
+    stack.enter_context(t.scope(step_seed))
+  return stack
+
+
+def client_loss(cfg: ClientConfig, step: Step, carried: dict | None = None,
+                record: dict | None = None) -> tf.Tensor:
+  """The client's loss of one step: the SSL method's, plus each acting term's (`ClientTerm.loss`),
+  whose records go to `record[term.key]`."""
+  loss = cfg.method.loss(step.outputs, cfg)
+  for t in _acting(cfg, carried):
+    value, rec = t.loss(step, (carried or {}).get(t.key))
+    if record is not None:
+      record[t.key] = rec
+    if value is not None:
+      loss += value
+  return loss
+
+
+def _ema(target, current, decay: float):
+  return [decay * t + (1.0 - decay) * c for t, c in zip(target, current)]
+
+
+def initial_ssl_state(model: FunctionalModel, cfg: ClientConfig) -> dict:
+  """What local training carries across steps when the client brings nothing of its own:
+  {"target": None} (= the start weights) for a target network, {"queue": zeros} for a queue of
+  negative keys, and each term's `initial` where it gives one; {} for none."""
+  method, out = cfg.method, {}
+  if method.ema_target:
+    out["target"] = None
+  if method.queue:
+    out["queue"] = tf.zeros([cfg.moco_queue, model.output_dims[0]])
+  for t in cfg.terms:
+    value = t.initial(model)
+    if value is not None:
+      out[t.key] = value
+  return out
+
+
+def _next_ssl_state(cfg: ClientConfig, carried: dict, step: Step, new, record: dict) -> dict:
+  """What is carried after `step` moved the online weights to `new` (all tensors); `record`: what
+  the step's loss recorded (`client_loss`)."""
+  out = dict(carried)
+  if "target" in out:
+    out["target"] = _ema(list(step.start) if out["target"] is None else out["target"], new,
+                         cfg.target_decay)
+  if "queue" in out:
+    out["queue"] = moco.enqueue(out["queue"], step.outputs.t2)
+  for t in cfg.terms:
+    if t.key in out:
+      out[t.key] = t.after_step(out[t.key], step, record.get(t.key))
+  return out
+
+
+def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried):
+  """E full-batch steps on the client's images (new views at each step)."""
+  method = cfg.method
+  state = [carried, None, {}]  # What is carried; the last step and its record.
+
+  def loss_of(current, step):
+    step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
+    v1, v2 = common.views(data, step_seed, cfg.augment)
+    with step_scope(cfg, step_seed, state[0]):
+      outputs = view_outputs(model, method, current, state[0].get("target"), v1, v2,
+                             state[0].get("queue"))
+      state[1] = Step(model, outputs, list(weights), list(current), v1, v2)
+      return client_loss(cfg, state[1], state[0], state[2])
+
+  def after_step(new):
+    state[0] = _next_ssl_state(cfg, state[0], state[1], new, state[2])
+
+  delta, first, mean = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+                                             cfg.client_learning_rate, loss_of, after_step,
+                                             cfg.client_weight_decay, mask)
+  return delta, first, mean, state[0]
+
+
+def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried):
+  """E epochs of steps on batches of `local_batch_size`, each epoch over a seeded shuffle.
+
+  A `tf.while_loop` (the number of steps depends on N_k) built in a `tf.function`, so the TF1 graph
+  of a TFF computation keeps no per-iteration intermediates.
+  """
+  method = cfg.method
+  opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate,
+                                cfg.client_weight_decay)
+  specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in mask.select(weights))
+  # A loop variable cannot be None: the target starts as the start weights.
+  carried = {k: (list(weights) if k == "target" and v is None else v)
+             for k, v in carried.items()}
+
+  @tf.function(autograph=False)  # The loop is explicit; autograph only re-parses the body.
+  def train(weights, carried, images, ids, seed):
+    n = tf.shape(ids)[0]
+    batch = tf.minimum(cfg.local_batch_size, n)
+    per_epoch = tf.maximum(1, n // batch)
+    total = cfg.local_steps * per_epoch
+    shuffle_seed = tf.random.experimental.stateless_fold_in(seed, 1 << 30)  # Apart from views'.
+
+    def body(step, current, carried, opt_state, first, loss_sum):
+      epoch, b = step // per_epoch, step % per_epoch
+      order = tf.argsort(tf.random.stateless_uniform(
+          [n], tf.random.experimental.stateless_fold_in(shuffle_seed, epoch)))
+      idx = order[b * batch:(b + 1) * batch]
+      client = {"images": tf.gather(images, idx), "ids": tf.gather(ids, idx)}
+      step_seed = tf.random.experimental.stateless_fold_in(seed, step)
+      v1, v2 = common.views(client, step_seed, cfg.augment)
+      done, record = [None], {}
+
+      def loss_of(trained):
+        with step_scope(cfg, step_seed, carried):
+          merged = mask.merge(trained, weights)
+          outputs = view_outputs(model, method, merged, carried.get("target"), v1, v2,
+                                 carried.get("queue"))
+          done[0] = Step(model, outputs, list(weights), merged, v1, v2)
+          return client_loss(cfg, done[0], carried, record)
+
+      opt_state, new, loss = common.client_step(
+          opt, opt_state, current, loss_of,
+          common.coupled_weight_decay(cfg.client_optimizer, cfg.client_weight_decay))
+      carried = _next_ssl_state(cfg, carried, done[0], mask.merge(new, weights), record)
+      first = tf.where(tf.equal(step, 0), loss, first)  # (`==` is identity in TFF's graphs.)
+      return step + 1, new, carried, opt_state, first, loss_sum + loss
+
+    current = mask.select(weights)
+    _, trained, carried, _, first, loss_sum = tf.while_loop(
+        lambda step, *_: step < total, body,
+        (tf.constant(0), current, carried, opt.initialize(specs), tf.constant(0.0),
+         tf.constant(0.0)), parallel_iterations=1)
+    return ([a - b for a, b in zip(current, trained)], first,
+            loss_sum / tf.cast(total, tf.float32), carried)
+
+  return train(list(weights), carried, grouping.field(data, "images"),
+               grouping.field(data, "ids"), seed)
+
+
+def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, data,
+                   mask: common.TensorMask | None = None, carried: dict | None = None):
+  """A client's local training on its own images, of the tensors of `mask` (default: all), from
+  `weights`.
+
+  `carried`: what local training carries across steps at the start (module docstring: "target", the
+  EMA target network (all the model's tensors; None: the start weights), "queue", MoCo's negative
+  keys, and the terms' entries); None: `initial_ssl_state` (FedAvg-style clients, which keep nothing
+  between rounds).
+
+  Returns (Delta_k of the trained tensors, first-step loss, mean loss, what was carried to the end of
+  the last step).
+  """
+  mask = mask or common.TensorMask.all(len(weights))
+  carried = initial_ssl_state(model, cfg) if carried is None else carried
+  if cfg.local_batch_size:
+    return _minibatch_training(model, cfg, weights, seed, data, mask, carried)
+  return _full_batch_training(model, cfg, weights, seed, data, mask, carried)
+
+
+def reporting_terms(cfg: ClientConfig, model: FunctionalModel) -> list[ClientTerm]:
+  """The terms of `cfg` whose clients report to the server (`ClientTerm.report_spec`)."""
+  return [t for t in cfg.terms if t.report_spec(model) is not None]
+
+
+def client_round(model: FunctionalModel, cfg: ClientConfig, client_state, weights, seed, client,
+                 state=None, context=None, client_id=None, mask: common.TensorMask | None = None):
+  """One real client's round: local training from the broadcast `weights`, or, with a
+  `client_state.ClientState`, from where its `state` begins (None `weights`: the client's own model
+  alone, as heterogeneous clients), with what the state brings carried.
+
+  Returns (Delta_k of the trained tensors relative to the broadcast weights, first-step loss, mean
+  loss, N_k, the client's new state (None for a stateless client), its report (None unless a term
+  reports: then {"client": `client_id`, term key: the term's report})).
+  """
+  mask = mask or common.TensorMask.all(len(model.weight_specs))
+  n = common.num_examples(client)
+  if client_state is None:
+    delta, first_loss, mean_loss, carried = local_training(model, cfg, weights, seed, client, mask)
+    return delta, first_loss, mean_loss, n, None, _report(cfg, model, carried, client_id)
+  start = client_state.begin(state, None if weights is None else list(weights), context)
+  carried = dict(initial_ssl_state(model, cfg),
+                 **(client_state.ssl_state(state, start, context, client_id) or {}))
+  delta, first_loss, mean_loss, carried = local_training(model, cfg, start, seed, client, mask,
+                                                         carried)
+  if weights is None:
+    broadcast, upload = start, delta
+  else:  # Delta_k relative to the broadcast model, whatever the client started from.
+    broadcast = list(weights)
+    upload = [g - s + d for g, s, d in zip(mask.select(weights), mask.select(start), delta)]
+  new_state = client_state.end(state, mask.select(broadcast), upload, n, mean_loss, carried,
+                               context)
+  return upload, first_loss, mean_loss, n, new_state, _report(cfg, model, carried, client_id)
+
+
+def _report(cfg: ClientConfig, model: FunctionalModel, carried: dict, client_id):
+  terms = reporting_terms(cfg, model)
+  if not terms:
+    return None
+  return collections.OrderedDict(
+      [("client", client_id)] + [(t.key, t.report(carried[t.key])) for t in terms])

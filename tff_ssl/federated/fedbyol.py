@@ -1,9 +1,0 @@
-"""FedBYOL (Zhuang et al., ICLR 2022, the generalized framework with BYOL): every round a client's online
-network (encoder, projector, predictor) is replaced by the global one; its BYOL target network stays
-on the client across rounds (`tff_ssl.federated.fedssl`)."""
-
-from tff_ssl.federated import fedssl
-
-METHOD = fedssl.method(
-    "fedbyol", lambda config: fedssl.StatefulConfig(online_update="global"),
-    "FedBYOL: global online network each round, the client's own BYOL target kept across rounds.")

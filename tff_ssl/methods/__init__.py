@@ -1,0 +1,69 @@
+"""The methods built on the round anatomy (`tff_ssl.federated`), one module each, and their registry
+(`--method`): every method the project runs, by name.
+
+  dcco         DCCO's two-phase federated round                      (tff_ssl/methods/dcco.py)
+  fedavg       FedAvg with a within-client SSL loss, any aggregator  (tff_ssl/methods/fedavg.py)
+  fedbyol      FedBYOL: stateful BYOL clients (own target network)   (tff_ssl/methods/fedbyol.py)
+  fedu         FedU: FedBYOL + divergence-aware predictor update      (tff_ssl/methods/fedu.py)
+  fedmoco      FedMoCo: stateful MoCo clients (momentum net, queue)   (tff_ssl/methods/fedmoco.py)
+  fedema       FedEMA: divergence-aware EMA of global and own online  (tff_ssl/methods/fedema.py)
+  fedlama      FedLAMA (L-DAWA's EUC): layer-wise aggregation intervals (tff_ssl/methods/fedlama.py)
+  fedprox      FedProx: FedAvg + a proximal term in the client loss   (tff_ssl/methods/fedprox.py)
+  fedmoco_lw   FedMoCo-LW: ViT block s trained in stage s             (tff_ssl/methods/fedmoco_lw.py)
+  prog_fedssl  Prog-FedSSL: ViT blocks 1..s trained in stage s        (tff_ssl/methods/prog_fedssl.py)
+  lw_fedssl    LW-FedSSL: FedMoCo-LW + server calibration + alignment (tff_ssl/methods/lw_fedssl.py)
+  fll_dd       FLL + depth dropout: FedMoCo-LW, frozen blocks skipped (tff_ssl/methods/fll_dd.py)
+  heterogeneous  clients of different architectures, own models; --fedfoa: exchange R only
+                                                                     (tff_ssl/methods/heterogeneous.py)
+  centralized  pretraining on the pooled data (the upper bound)      (tff_ssl/training/)
+  supervised   training from scratch on the labeled fraction         (tff_ssl/evaluation/)
+
+Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).federated`,
+`.min_samples(config)`, `.build(...)`), never compare names. Client terms other methods add:
+`alignment.py` (LW-FedSSL's representation alignment), `depth_dropout.py` (FLL's), `fedfoa.py`
+(FedFoA's feature-correlation term, on FedBYOL / FedU / FedEMA and heterogeneous clients).
+"""
+
+from __future__ import annotations
+
+from tff_ssl.methods import (dcco, fedavg, fedbyol, fedema, fedlama, fedmoco, fedmoco_lw, fedprox,
+                             fedu, fll_dd, heterogeneous, lw_fedssl, prog_fedssl)
+from tff_ssl.method import CENTRALIZED_FIELDS, Method
+from tff_ssl.training import centralized
+
+SUPERVISED = Method(
+    name="supervised", kind="supervised", fields=CENTRALIZED_FIELDS,
+    no_batch_heads="the supervised baseline has no SSL heads",
+    summary="Supervised training from scratch on the labeled fraction: the tables' lower baseline.")
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    dcco.METHOD,
+    fedavg.METHOD,
+    fedbyol.METHOD,
+    fedu.METHOD,
+    fedmoco.METHOD,
+    fedema.METHOD,
+    fedlama.METHOD,
+    fedprox.METHOD,
+    fedmoco_lw.METHOD,
+    prog_fedssl.METHOD,
+    lw_fedssl.METHOD,
+    fll_dd.METHOD,
+    heterogeneous.METHOD,
+    centralized.METHOD,
+    SUPERVISED,
+)}
+
+
+def get(name: str) -> Method:
+  """The method `name`; ValueError listing the registered names otherwise."""
+  if name not in METHODS:
+    raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)}")
+  return METHODS[name]
+
+
+def register(method: Method) -> None:
+  """Adds `method` to the registry (a method defined outside the package, e.g. in a test)."""
+  if method.name in METHODS:
+    raise ValueError(f"a method named {method.name!r} is already registered")
+  METHODS[method.name] = method

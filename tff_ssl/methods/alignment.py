@@ -1,0 +1,50 @@
+"""LW-FedSSL's representation alignment (Ye et al., Sec. 3.3) as a client term: the client's loss
+adds beta * InfoNCE between its local encoder's features of view 1 and the features that the model
+it started from (the broadcast, global one) gives view 2, held fixed (`losses.alignment_loss`).
+
+The model must output its encoder's features last (`ssl_model.ssl_model_builder(..., features=True)`).
+The field it reads: `alignment_weight` (beta; the paper's 0.01).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from tff_ssl import losses
+from tff_ssl.federated.client_work import ClientTerm
+
+FIELDS = ("alignment_weight",)
+
+
+@dataclasses.dataclass(frozen=True)
+class RepresentationAlignment(ClientTerm):
+  """beta * InfoNCE(local features of view 1, stop-gradient(global features of view 2)) at
+  `temperature` (the SSL method's)."""
+
+  weight: float
+  temperature: float
+  key = "alignment"
+  features = True
+
+  def loss(self, step, carried):
+    del carried
+    global_features = step.model(list(step.start), step.v2, training=True)[-1]
+    return self.weight * losses.alignment_loss(
+        step.outputs.h1, tf.stop_gradient(global_features), self.temperature), None
+
+
+def check(config) -> None:
+  """`alignment_weight` of an `ExperimentConfig` (ValueError naming the value otherwise)."""
+  if not config.alignment_weight >= 0:
+    raise ValueError(f"alignment_weight must be >= 0 (0: no representation alignment); got "
+                     f"{config.alignment_weight}")
+
+
+def terms(config) -> tuple[ClientTerm, ...]:
+  """The alignment term of `config` (none at alignment_weight 0)."""
+  check(config)
+  if not config.alignment_weight:
+    return ()
+  return (RepresentationAlignment(config.alignment_weight, config.temperature),)

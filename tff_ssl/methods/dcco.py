@@ -1,0 +1,240 @@
+"""DCCO: Distributed Cross-Correlation Optimization (Vemulapalli et al., 2023, eq. 1-3, Appendix A).
+
+One round is one federated computation (`run_round`) on a local TFF worker; across workers, TFF's
+mergeable execution rejects an aggregation that depends on another, so there the two phases are two
+computations composed in Python (`aggregate_statistics`, `aggregate_updates`; the same values):
+
+    SERVER  w, seed_r                                        CLIENTS k = 1..K  (N_k images each)
+    ─────────────────────────────────────────────────────────────────────────────────────────────
+    phase 1 (aggregate_statistics)
+      w, seed_r ──federated_broadcast──►  views v1,v2 = two_views(x_k; seed_r, ids_k)
+                                          F,G = projector(encoder(v1, v2; w))
+                                          <>_k = encoding_statistics(F, G)          (5 statistics)
+      <>_A = federated_mean(<>_k, weight=N_k) ◄──
+    phase 2 (aggregate_updates)
+      w, seed_r, <>_A ──broadcast──────►  same views;  <>_C = <>_k + stop_gradient(<>_A − <>_k)
+                                          L = CCO(<>_C);  w_k = w − η ∇_w L   (local step(s))
+                                          Δ_k = w − w_k
+      Δ = federated_mean(Δ_k, weight=N_k) ◄──
+    server: w ← server_optimizer(w, gradient=Δ)
+
+With one local gradient-descent step and N_k weights, a round equals one centralized step on the union
+of the round's images (Appendix A); `tests/federated/test_dcco.py` checks it numerically. <>_C has the
+value of <>_A and the gradient of <>_k. With several local steps the local statistics are recomputed at
+each step against the round's fixed <>_A (stale statistics: the paper leaves this open).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl import losses
+from tff_ssl.data.augment import AugmentConfig
+from tff_ssl.federated import common, grouping
+from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.federated.process import BuildContext
+from tff_ssl.method import FEDERATED_FIELDS, Method
+
+
+@dataclasses.dataclass(frozen=True)
+class DCCOConfig:
+  cco_lambda: float = losses.cco.DEFAULT_LAMBDA
+  client_optimizer: str = "sgd"
+  client_learning_rate: float = 1.0  # The paper: plain gradient descent at 1.0, one local step.
+  local_steps: int = 1
+  augment: AugmentConfig = AugmentConfig.dcco_cifar()
+  seed: int = 0
+
+  def __post_init__(self):
+    common.check_client_training(self.local_steps, self.client_optimizer,
+                                 self.client_learning_rate)
+
+
+def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingStatistics:
+  """<>_C = <>_k + stop_gradient(<>_A − <>_k): the aggregate's value, the local gradient (eq. 3)."""
+  return losses.EncodingStatistics(*[k + tf.stop_gradient(a - k) for k, a in zip(local, aggregate)])
+
+
+def _local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate):
+  """A client's local steps against the round's aggregate statistics: (Delta_k, first-step loss)."""
+
+  def loss_of(current, step):
+    del step  # The same views at every step.
+    f, g = common.encode_views(model, current, v1, v2)
+    return losses.cco_loss_from_statistics(
+        _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
+
+  delta, loss, _ = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+                                         cfg.client_learning_rate, loss_of)
+  return delta, loss
+
+
+def _as_statistics(struct) -> losses.EncodingStatistics:
+  return losses.EncodingStatistics(*[getattr(struct, f) for f in losses.EncodingStatistics._fields])
+
+
+class DCCOProcess(common.ServerLoop):
+  """DCCO rounds over a `FunctionalModel` (encoder + projector).
+
+  `initialize() -> ServerState`; `next(state, clients) -> (state, metrics)` where `clients` is a list of
+  `common.client_inputs(images, ids)`. The phases are exposed for inspection (`data` is one client in
+  reference mode and one group of clients, `grouping.group_input_type`, in grouped mode):
+    aggregate_statistics: (<w@SERVER, seed@SERVER, data@CLIENTS> -> <stats>@SERVER)
+    aggregate_updates:    (<w@SERVER, seed@SERVER, stats@SERVER, data@CLIENTS>
+                           -> <update=Δ@SERVER, loss@SERVER>)   (Δ one flat vector, `common.flat_type`;
+                                                                 `compute_update` gives it back as tensors)
+    run_round:            (<w@SERVER, seed@SERVER, data@CLIENTS> -> <update=Δ@SERVER, loss@SERVER>)
+                           (both phases; what a round calls unless `split_phases`)
+  `split_phases`: the round shape. True: the two phases as two computations (TFF's mergeable
+  execution across workers, which the run layer knows: `process.BuildContext.mergeable`).
+  w crosses as one flat vector too (`common.flat_weights`).
+  In grouped mode (the default, `grouping.Simulation`) a slot returns its clients' N_k-weighted mean
+  statistics and update with weight sum N_k; with one local step the group's update is one batched
+  pass (exact, see `grouping`), with several a loop over its clients.
+  """
+
+  def __init__(self, model: FunctionalModel, image_shape: Sequence[int],
+               server_optimizer: tff.learning.optimizers.Optimizer,
+               config: DCCOConfig = DCCOConfig(),
+               simulation: grouping.Simulation = grouping.Simulation(),
+               split_phases: bool = False):
+    super().__init__(model, server_optimizer)
+    self.config = config
+    self.simulation = simulation
+    self.split_phases = split_phases
+    specs = model.weight_specs
+    w_type = common.flat_type(specs)  # The weights cross the TFF boundary as one vector.
+    data_type = (grouping.group_input_type(image_shape) if simulation.grouped
+                 else common.client_input_type(image_shape))
+    d = model.output_dim
+    stats_type = tff.StructType([(name, tff.TensorType(np.float32, [d, d] if name == "mean_fg"
+                                                       else [d]))
+                                 for name in losses.EncodingStatistics._fields])
+    cfg = config
+    # One batched pass is exact for a group when the update is linear in the gradient (module doc).
+    batched = not simulation.grouped or (cfg.local_steps == 1 and simulation.batch_one_step)
+
+    @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
+    def client_statistics(weights, seed, data):
+      weights = common.unflatten_tensors(weights, specs)
+      # The statistics are means over images, so a group's N_g-weighted mean over its clients is the
+      # statistics of its concatenated images.
+      v1, v2 = common.views(data, seed, cfg.augment)
+      f, g = common.encode_views(model, weights, v1, v2)
+      return losses.encoding_statistics(f, g)._asdict(), common.num_examples(data)
+
+    @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type)
+    def client_update(weights, seed, aggregate, data):
+      weights = common.unflatten_tensors(weights, specs)
+      aggregate = _as_statistics(aggregate)
+      if batched:
+        v1, v2 = common.views(data, seed, cfg.augment)
+        delta, loss = _local_training(model, cfg, weights, v1, v2, aggregate)
+        return common.flatten(delta), common.num_examples(data), loss
+
+      def one_client(images, ids, acc):
+        v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
+        delta, loss = _local_training(model, cfg, weights, v1, v2, aggregate)
+        n = tf.cast(tf.shape(ids)[0], tf.float32)
+        return ([s + n * u for s, u in zip(acc[0], delta)], acc[1] + n, acc[2] + n * loss)
+
+      sums = grouping.fold_clients(
+          data, one_client, ([tf.zeros_like(w) for w in weights], tf.constant(0.0),
+                             tf.constant(0.0)))
+      return common.flatten([s / sums[1] for s in sums[0]]), sums[1], sums[2] / sums[1]
+
+    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS))
+    def aggregate_statistics(weights, seed, data):
+      out = tff.federated_map(client_statistics, (tff.federated_broadcast(weights),
+                                                  tff.federated_broadcast(seed), data))
+      return tff.federated_mean(out[0], weight=out[1])
+
+    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(stats_type, tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS))
+    def aggregate_updates(weights, seed, aggregate, data):
+      out = tff.federated_map(client_update, (tff.federated_broadcast(weights),
+                                              tff.federated_broadcast(seed),
+                                              tff.federated_broadcast(aggregate), data))
+      return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
+                                     loss=tff.federated_mean(out[2], weight=out[1]))
+
+    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS))
+    def run_round(weights, seed, data):
+      # Both phases in one computation: the weights and the data cross into TFF's worker once and
+      # the statistics stay there. TFF's multi-worker (mergeable) execution refuses it: there
+      # (`split_phases`) a round calls the two phases above.
+      weights_at_clients = tff.federated_broadcast(weights)
+      seed_at_clients = tff.federated_broadcast(seed)
+      out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
+      aggregate = tff.federated_mean(out[0], weight=out[1])
+      out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
+                                              tff.federated_broadcast(aggregate), data))
+      return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
+                                     loss=tff.federated_mean(out[2], weight=out[1]))
+
+    self.client_statistics = client_statistics
+    self.client_update = client_update
+    self.aggregate_statistics = aggregate_statistics
+    self.aggregate_updates = aggregate_updates
+    self.run_round = run_round
+
+  def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
+    """The round's aggregated update Δ and mean client loss, before the server optimizer step."""
+    if not clients:
+      raise ValueError("a DCCO round needs at least one client")
+    seed = common.round_seed(self.config.seed, state.round_num)
+    data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
+            else clients)
+    weights = common.flat_weights(state.weights)
+    if self.split_phases:  # Mergeable execution: one aggregation per computation.
+      stats = self.aggregate_statistics(weights, seed, data)
+      out = dict(self.aggregate_updates(weights, seed, stats, data))
+    else:
+      out = dict(self.run_round(weights, seed, data))
+    out["update"] = common.unflatten(out["update"], self.model.weight_specs)
+    return out
+
+  def next(self, state: common.ServerState, clients: list[dict], *, client_ids=None, store=None):
+    """One round: (new server state, metrics). DCCO keeps no client state (`client_ids` and `store`
+    are accepted and not used)."""
+    del client_ids, store
+    out = self.compute_update(state, clients)
+    return self.finish_round(state, out["update"], out["loss"], len(clients))
+
+
+def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
+  """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
+  common.check_server(config)
+  return (DCCOConfig(cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
+                     client_learning_rate=config.client_learning_rate,
+                     local_steps=config.local_steps, augment=config.augment_config(),
+                     seed=config.seed),
+          grouping.Simulation(mode=config.simulation, group_size=config.group_size))
+
+
+def build(config, model: FunctionalModel, image_shape: Sequence[int],
+          context: BuildContext = BuildContext()) -> DCCOProcess:
+  dcco_config, simulation = process_config(config)
+  return DCCOProcess(model, image_shape, common.server_optimizer_for(config, model.names),
+                     dcco_config, simulation, split_phases=context.mergeable)
+
+
+METHOD = Method(
+    name="dcco", kind="federated", fields=FEDERATED_FIELDS, ssl=("cco",),
+    validate=process_config, build=build,
+    no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
+                    "encoding statistics as if each image were encoded alone (batch statistics "
+                    "would make a client's encodings depend on its batch mates)"),
+    summary="DCCO: two-phase rounds (statistics, then stop-gradient local updates) of the CCO loss.")

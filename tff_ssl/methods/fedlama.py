@@ -1,0 +1,264 @@
+"""FedLAMA (Lee et al., 2021, "Layer-wise adaptive model aggregation for scalable federated learning",
+arXiv 2110.10302): the EUC row of L-DAWA's Table 2 ([19] there).
+
+L-DAWA groups [19] with FedU as methods that "use Euclidean distance (between the client's model and the
+global model) as an indicator to partially or entirely update the layers of the client models", with
+FedAvg aggregation on the server, and gives no settings for it. FedLAMA aggregates each layer at its
+own interval: layers on which the clients agree closely are aggregated less often; in between, each
+client keeps training its own copy of them.
+
+    every layer l has an interval tau_l in {tau', phi tau'} rounds (all tau' at first)
+    round r: every client trains its whole model; the server aggregates (FedAvg, N_k-weighted) the
+             layers with (r + 1) % tau_l == 0 and keeps the others' global value; for an aggregated
+             layer it measures the discrepancy d_l = sum_k p_k ||u_l - x_{k,l}||^2 (p_k = N_k / N,
+             u_l their mean) and keeps d_l / tau_l (per round since the layer's last aggregation)
+    a client starts a round from the global value of a layer aggregated in or since its last round,
+             and from its own copy of any other layer (a new client: the global model)
+    every phi tau' rounds (when every layer is aggregated): sort the layers by discrepancy per
+             parameter, ascending; walking up the list, add each layer to the relaxed set, with
+             delta = its share of the total discrepancy and lambda = its share of the parameters,
+             both cumulative, until 1 - lambda < delta (that layer included); the relaxed layers get
+             tau_l = phi tau', the others tau'
+
+Units. FedLAMA counts tau' in local iterations; here a round is the run's local training (E epochs),
+so tau' = `interval` rounds (default 1: the other rows' schedule) and phi = `phi` (default 2). Layers
+are Keras layers (a convolution's kernel, a GroupNorm's scale and offset, a dense layer's kernel and
+bias together: `aggregators.ModelLayout`). The discrepancy is computed from the uploads in one pass:
+with Delta_k = w_g - x_k, sum_k p_k ||x_k - u||^2 = sum_k p_k ||Delta_k||^2 - ||sum_k p_k Delta_k||^2.
+FedLAMA assumes every client takes part in every round (cross-silo, as L-DAWA's Table 2); with client
+sampling a layer is aggregated over the round's clients and a client takes the global value of every
+layer aggregated since its last round. The simulation uploads every layer every round; the measurement
+`fedlama_synced` is the fraction of the parameters FedLAMA would send. The public code adjusts the
+intervals of convolution and dense kernels only and only after the first 6 adjustment periods; the
+paper's per-layer rule is the default here.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from tff_ssl import aggregators
+from tff_ssl.aggregators import ClientInfo
+from tff_ssl.federated import client_state as client_state_lib
+from tff_ssl.federated import common
+from tff_ssl.methods import fedavg
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.method import Method
+
+
+@dataclasses.dataclass(frozen=True)
+class FedLAMAConfig:
+  """interval: tau', the base aggregation interval in rounds; phi: the interval increase factor
+  (the relaxed layers' interval is phi tau'; the intervals are adjusted every phi tau' rounds)."""
+
+  interval: int = 1
+  phi: int = 2
+
+  def __post_init__(self):
+    if self.interval < 1:
+      raise ValueError(f"fedlama_interval must be >= 1 round; got {self.interval}")
+    if self.phi < 1:
+      raise ValueError(f"fedlama_phi must be >= 1 (1: every layer at the base interval); got "
+                       f"{self.phi}")
+
+  @property
+  def period(self) -> int:
+    """Rounds between interval adjustments."""
+    return self.interval * self.phi
+
+
+def relaxed_layers(discrepancy: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+  """FedLAMA's choice of the layers to aggregate less often (module docstring): a boolean per layer.
+
+  discrepancy: each layer's d_l per round (summed over its parameters); sizes: its parameter count.
+  """
+  discrepancy = np.asarray(discrepancy, np.float64)
+  sizes = np.asarray(sizes, np.float64)
+  order = np.argsort(discrepancy / sizes, kind="stable")
+  total_d, total_size = discrepancy.sum(), sizes.sum()
+  relaxed = np.zeros(len(sizes), bool)
+  acc_d = acc_size = 0.0
+  for l in order:
+    acc_d += discrepancy[l]
+    acc_size += sizes[l]
+    relaxed[l] = True
+    delta = acc_d / total_d if total_d > 0 else 0.0
+    if 1.0 - acc_size / total_size < delta:
+      break
+  return relaxed
+
+
+class LayerStaleness(client_state_lib.ClientState):
+  """A FedLAMA client's own model between its rounds.
+
+  The state (one client): `last_round`, the round it last took part in (-1: never), and `own`, its
+  trained tensors after that round. The broadcast context: `round` (this round) and `last_sync`, per
+  tensor the last round whose aggregation covered it (-1: none yet).
+  """
+
+  def __init__(self, mask: common.TensorMask):
+    self.mask = mask
+
+  def spec(self, model):
+    return collections.OrderedDict(last_round=tf.TensorSpec([], tf.float32),
+                                   own=list(self.mask.select(model.weight_specs)))
+
+  def initial(self, model):
+    out = super().initial(model)
+    out["last_round"] = np.float32(-1.0)
+    return out
+
+  def context_spec(self, model):
+    return collections.OrderedDict(
+        round=tf.TensorSpec([], tf.float32),
+        last_sync=tf.TensorSpec([len(self.mask.indices)], tf.float32))
+
+  def begin(self, state, weights, context=None):
+    returning = tf.greater_equal(state["last_round"], 0.0)
+    trained = self.mask.select(list(weights))
+    # Keep the own copy of a tensor not aggregated in or since the client's last round.
+    start = [tf.where(tf.logical_and(returning, context["last_sync"][t] < state["last_round"]),
+                      own, glob)
+             for t, (own, glob) in enumerate(zip(state["own"], trained))]
+    return self.mask.merge(start, list(weights))
+
+  def end(self, state, weights, delta, num_examples, loss, ssl_state=None, context=None):
+    del state, num_examples, loss, ssl_state
+    return collections.OrderedDict(last_round=tf.identity(context["round"]),
+                                   own=[w - d for w, d in zip(weights, delta)])
+
+
+class DiscrepancyFactory(aggregators.FedAvgFactory):
+  """FedAvg that also measures, per layer, sum_k p_k ||Delta_k^(l)||^2 (`layer_sq`, p_k = N_k / N),
+  from which the server gets FedLAMA's discrepancy."""
+
+  def __init__(self, group_index, num_groups: int):
+    super().__init__()
+    self._group_index = tuple(group_index)
+    self._num_groups = num_groups
+
+  @property
+  def needs_client_updates(self) -> bool:
+    return True
+
+  def stats_spec(self, value_specs):
+    spec = super().stats_spec(value_specs)
+    spec.update(examples=tf.TensorSpec([], tf.float32),
+                layer_sq=tf.TensorSpec([self._num_groups], tf.float32))
+    return spec
+
+  def client_terms(self, update, info: ClientInfo, round_num):
+    scale, log_weight, stats = super().client_terms(update, info, round_num)
+    n = tf.cast(info.num_examples, tf.float32)
+    squares = tf.stack([tf.reduce_sum(tf.square(u)) for u in update])
+    stats.update(examples=n, layer_sq=n * tf.math.unsorted_segment_sum(
+        squares, tf.constant(self._group_index), self._num_groups))
+    return scale, log_weight, stats
+
+  def finish(self, stats):
+    out = super().finish(stats)
+    out["layer_sq"] = stats["layer_sq"] / stats["examples"]
+    return out
+
+
+class FedLAMAProcess(fedavg.FedAvgSSLProcess):
+  """The FedAvg-style process with FedLAMA's per-layer aggregation intervals (module docstring).
+
+  Method state: `interval` (per layer, rounds), `discrepancy` (per layer, d_l per round at its last
+  aggregation), `last_sync` (per exchanged tensor, the last round that aggregated it; -1: none).
+  """
+
+  def __init__(self, model, image_shape, server_optimizer, config: ClientConfig,
+               simulation, lama: FedLAMAConfig):
+    mask = common.TensorMask.all(len(model.weight_specs))
+    layout = aggregators.ModelLayout.from_model(model, "layer")
+    self.lama = lama
+    self.group_index = np.array(layout.group_index)
+    self.layer_names = layout.names
+    self.sizes = np.zeros(len(layout.names))
+    for t, spec in enumerate(model.weight_specs):
+      self.sizes[self.group_index[t]] += int(np.prod(spec.shape))
+    super().__init__(model, image_shape, server_optimizer, config,
+                     DiscrepancyFactory(self.group_index, len(layout.names)), simulation,
+                     mask=mask, client_state=LayerStaleness(mask))
+
+  def initial_method_state(self):
+    return collections.OrderedDict(
+        interval=np.full(len(self.sizes), self.lama.interval, np.int32),
+        discrepancy=np.zeros(len(self.sizes), np.float32),
+        last_sync=np.full(len(self.group_index), -1.0, np.float32))
+
+  def synced(self, state: common.ServerState) -> np.ndarray:
+    """Per layer: whether round `state.round_num` aggregates it."""
+    return (state.round_num + 1) % np.asarray(state.method_state["interval"]) == 0
+
+  def client_context(self, state):
+    return collections.OrderedDict(round=np.float32(state.round_num),
+                                   last_sync=np.asarray(state.method_state["last_sync"],
+                                                        np.float32))
+
+  def server_stage(self, state, out):
+    r, ms = state.round_num, state.method_state
+    interval = np.asarray(ms["interval"])
+    layers = self.synced(state)
+    tensors = layers[self.group_index]
+    update = [np.asarray(u) if keep else np.zeros_like(u)
+              for u, keep in zip(out["update"], tensors)]
+    mean_sq = np.asarray(out["measurements"]["layer_sq"], np.float64)
+    agg_sq = np.zeros(len(self.sizes))
+    np.add.at(agg_sq, self.group_index,
+              [float(np.sum(np.square(np.asarray(u, np.float64)))) for u in out["update"]])
+    d = np.maximum(mean_sq - agg_sq, 0.0) / interval
+    discrepancy = np.where(layers, d, np.asarray(ms["discrepancy"])).astype(np.float32)
+    last_sync = np.where(tensors, np.float32(r), np.asarray(ms["last_sync"])).astype(np.float32)
+    if (r + 1) % self.lama.period == 0:  # Every layer was aggregated this round.
+      relaxed = relaxed_layers(discrepancy, self.sizes)
+      interval = np.where(relaxed, self.lama.interval * self.lama.phi,
+                          self.lama.interval).astype(np.int32)
+    method_state = collections.OrderedDict(interval=interval, discrepancy=discrepancy,
+                                           last_sync=last_sync)
+    measurements = collections.OrderedDict(
+        fedlama_synced=np.float32(self.sizes[layers].sum() / self.sizes.sum()),
+        fedlama_relaxed_layers=np.float32(np.sum(interval > self.lama.interval)))
+    return update, method_state, measurements
+
+  def finish_round(self, state, update, loss, num_clients, aggregator_state=(), method_state=None):
+    new_state, metrics = super().finish_round(state, update, loss, num_clients, aggregator_state,
+                                              method_state)
+    # A layer not aggregated keeps its global value exactly, whatever the server optimizer.
+    tensors = self.synced(state)[self.group_index]
+    new_state.weights = [w if keep else np.asarray(old)
+                         for w, old, keep in zip(new_state.weights, state.weights, tensors)]
+    return new_state, metrics
+
+
+FIELDS = tuple(f for f in fedavg.FIELDS if f not in (
+    "aggregator", "aggregator_granularity", "scale_normalization", "fedavg_warmup_rounds",
+    "measure_divergence")) + ("fedlama_interval", "fedlama_phi")
+
+
+def lama_config(config) -> FedLAMAConfig:
+  return FedLAMAConfig(interval=config.fedlama_interval, phi=config.fedlama_phi)
+
+
+def _validate(config):
+  fedavg.process_config(config)
+  lama_config(config)
+
+
+def build(config, model, image_shape, context=None) -> FedLAMAProcess:
+  del context  # The server trains on nothing of its own; one aggregation a round.
+  fedavg_config, _, simulation = fedavg.process_config(config)
+  return FedLAMAProcess(model, image_shape, common.server_optimizer_for(config, model.names),
+                        fedavg_config, simulation, lama_config(config))
+
+
+METHOD = Method(
+    name="fedlama", kind="federated", fields=FIELDS, ssl=fedavg.METHOD.ssl, validate=_validate,
+    build=build, min_samples=fedavg.METHOD.min_samples, divergence_hint=fedavg.divergence_hint,
+    summary="FedLAMA (L-DAWA's EUC): layer-wise adaptive aggregation intervals; clients keep the "
+            "layers not aggregated.")

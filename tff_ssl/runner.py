@@ -1,0 +1,406 @@
+"""A federated pretraining run: partition, sample clients, run rounds, checkpoint, resume, evaluate.
+
+Program state (server state after each round) goes through `tff.program.FileProgramStateManager`
+(`<run>/checkpoints`); per-round metrics through `tff.program` release managers to `<run>/metrics.csv`
+and TensorBoard (`<run>/tensorboard`); each round's wall time and resident memory (this process and the
+TFF worker) to `<run>/resources.csv`, kept apart because they vary between machines. A rerun with the same output folder and the same hyperparameters
+resumes after the latest checkpoint; since client sampling and augmentations are functions of
+(seed, round), the resumed run ends where the uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import os
+import sys
+import time
+from typing import Any, Iterator
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl import evaluation, methods, rundir, runtime
+from tff_ssl import data as data_lib
+from tff_ssl import progress as progress_lib
+from tff_ssl.data.client_data import PartitionedClientData
+from tff_ssl.federated import client_state, common, ssl_model
+from tff_ssl.federated import process as process_lib
+from tff_ssl.federated.common import ServerState
+from tff_ssl.federated.functional import FunctionalModel
+
+ENCODER_NAME = ssl_model.ENCODER_NAME
+ssl_model_builder = ssl_model.ssl_model_builder
+
+
+def build_process(config, model: FunctionalModel, image_shape, auxiliary=None):
+  """The TFF process of `config`'s method (`tff_ssl.methods`) over `model`; `auxiliary`: the
+  server's images (`auxiliary_split`) for a method that has them (None: a process that will not
+  train, e.g. to read a checkpoint). Rounds across workers (`runtime.configured_workers`) run
+  under TFF's mergeable execution (`process.BuildContext.mergeable`)."""
+  context = process_lib.BuildContext(
+      auxiliary=auxiliary if methods.get(config.method).auxiliary else None,
+      mergeable=bool(runtime.configured_workers()))
+  return process_lib.check(methods.get(config.method).build(config, model, image_shape, context))
+
+
+def auxiliary_split(config, num_images: int) -> tuple[np.ndarray, np.ndarray]:
+  """(indices of the training images the clients are partitioned from, indices of the server's
+  auxiliary images): for a method with an auxiliary split (LW-FedSSL), a random
+  `auxiliary_fraction` of the images, drawn from the seed, goes to the server and to no client;
+  otherwise every image is the clients'."""
+  everything = np.arange(num_images)
+  if not methods.get(config.method).auxiliary:
+    return everything, everything[:0]
+  k = int(round(config.auxiliary_fraction * num_images))
+  if not 2 <= k < num_images:
+    raise ValueError(f"auxiliary_fraction {config.auxiliary_fraction} of {num_images} images gives "
+                     f"the server {k}; choose a fraction that leaves it >= 2 images and the clients "
+                     f"some")
+  order = np.random.default_rng([config.seed, 0xA0C5]).permutation(num_images)
+  return np.sort(order[k:]), np.sort(order[:k])
+
+
+def partition(config, train: data_lib.ImageSet):
+  """The run's clients: a list (or array) of index rows into `train`, over the images the server
+  does not hold (`auxiliary_split`)."""
+  pool, held = auxiliary_split(config, len(train))
+  if not len(held):
+    return _partition(config, train)
+  rows = _partition(config, train.subset(pool))
+  return pool[rows] if isinstance(rows, np.ndarray) else [pool[np.asarray(r)] for r in rows]
+
+
+def min_samples_per_client(config) -> int:
+  """Fewest images a client of this run's method can train on (within-client losses need 2, and so
+  do batch-statistics heads)."""
+  need = methods.get(config.method).min_samples(config)
+  return max(need, 2) if getattr(config, "head_norm", "group") == "batch" else need
+
+
+def _partition(config, train: data_lib.ImageSet):
+  return data_lib.PARTITIONS[config.partition].split(config, train.labels,
+                                                     min_samples_per_client(config))
+
+
+keras_encoder = ssl_model.keras_encoder
+
+
+def _evaluate(encoders, evaluate) -> tuple[float, dict[str, float]]:
+  """(the mean of `evaluate(encoder)` over `encoders`, each label's value)."""
+  values = {label: float(evaluate(encoder)) for label, encoder in encoders}
+  return float(np.mean(list(values.values()))), values
+
+
+def _setup(config, train: data_lib.ImageSet, clients_rows):
+  """(Keras builder, FunctionalModel, TFF process, round -> (that round's client ids, their inputs))
+  of a run; initialization and client sampling from `config.seed`."""
+  clients = PartitionedClientData(train, clients_rows)
+  tf.keras.utils.set_random_seed(config.seed)
+  builder = ssl_model_builder(config, train.image_shape)
+  model = FunctionalModel(builder)
+  _, held = auxiliary_split(config, len(train))
+  process = build_process(config, model, train.image_shape,
+                          common.client_inputs(train.images[held], held))
+  sample = tff.simulation.build_uniform_sampling_fn(
+      list(range(clients.num_clients)), replace=False, random_seed=config.seed)
+
+  def round_clients(r: int) -> tuple[list[int], list[dict]]:
+    ids = [int(c) for c in sample(r, config.clients_per_round)]
+    return ids, [common.client_inputs(train.images[clients.partition[c]], clients.partition[c])
+                 for c in ids]
+  return builder, model, process, round_clients
+
+
+def trajectory(config, train: data_lib.ImageSet, rounds: int
+               ) -> Iterator[tuple[int, FunctionalModel, list[np.ndarray], dict[str, Any]]]:
+  """Runs `rounds` rounds of `config` writing nothing; yields (round, the model (its weights' names
+  and initial values), the weights after the round, the round's metrics): the same numbers as
+  `run_federated`'s, for diagnostics such as tools/weight_norms.py."""
+  _, model, process, round_clients = _setup(config, train, partition(config, train))
+  state = process.initialize()
+  store = client_state.MemoryClientStateStore()
+  for r in range(rounds):
+    ids, clients = round_clients(r)
+    state, metrics = process.next(state, clients, client_ids=ids, store=store)
+    yield r, model, [np.asarray(w) for w in state.weights], metrics
+
+
+class CSVReleaseManager(tff.program.CSVFileReleaseManager):
+  """TFF's CSV release manager without a rewrite of the whole file on every release.
+
+  TFF 0.87's `release(value, key)` first removes the rows with keys >= `key`; its early return for
+  "nothing to remove" tests `key - 1 > latest key`, so releasing round r after round r - 1 reads and
+  rewrites every row so far: O(rounds^2) over a run, 5 ms a release at 1,000 rows (two CSVs a round:
+  a third of a mini DCCO round). Here nothing is read when no row can have a larger key; a resumed
+  run releasing an earlier round still drops the later rows (TFF's path).
+  """
+
+  async def _remove_values_greater_than_key(self, key: int) -> None:
+    if self._latest_key is None or key >= self._latest_key:
+      return
+    await super()._remove_values_greater_than_key(key)
+
+
+def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, output_dir: str, *,
+                  progress: bool, random_init_baseline: bool = True
+                  ) -> tuple[dict[str, Any], list[tuple[str, tf.keras.Model]]]:
+  """Runs (or resumes) federated pretraining per `config`; returns the results and the (label,
+  encoder) pairs it evaluated (`process.encoders`)."""
+  need = min_samples_per_client(config)
+  if data_lib.PARTITIONS[config.partition].fixed_size and config.samples_per_client < need:
+    why = ("its batch-statistics heads (--head_norm=batch)"
+           if need > methods.get(config.method).min_samples(config) else "its within-client loss")
+    raise ValueError(f"{config.method} with --ssl={config.ssl} needs >= {need} samples per client "
+                     f"for {why}; got samples_per_client={config.samples_per_client}. Use dcco"
+                     f"{' or --head_norm=group' if 'heads' in why else ''}")
+  clients_rows = partition(config, train)  # Raises ValueError before anything is written.
+  hparams = rundir.hparams_json(config)
+  hparams_path = os.path.join(output_dir, "hparams.json")
+  rundir.check_creatable(output_dir)
+  if os.path.exists(hparams_path):
+    rundir.lock(output_dir)  # Before the checks below: another run may be writing it.
+    _check_resumable(hparams_path, config, output_dir)
+  builder, model, process, round_clients = _setup(config, train, clients_rows)
+
+  rundir.create(output_dir)
+  rundir.write_atomic(hparams_path, hparams)
+  state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
+                                                      keep_total=2)
+  state = process.initialize()
+  loaded = load_newest_readable(state_manager, program_state(state, []))
+  history = []  # The rounds' released metrics (`RELEASED`), checkpointed with the state.
+  if loaded is not None:
+    state, history = ServerState.from_program_state(loaded), list(loaded["metrics"])
+  # The CSVs say what the checkpoint covers: no partial row, no round it does not hold.
+  restore_metrics(os.path.join(output_dir, "metrics.csv"), history)
+  for name in ("resources.csv", "aggregation.csv"):
+    truncate_csv(os.path.join(output_dir, name), state.round_num)
+  csv_release = CSVReleaseManager(os.path.join(output_dir, "metrics.csv"),
+                                                  key_fieldname="round")
+  tb_release = tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard"))
+  # Wall time and memory per round: machine-dependent, so apart from the reproducible metrics.csv.
+  resources_release = CSVReleaseManager(os.path.join(output_dir, "resources.csv"),
+                                                        key_fieldname="round")
+  # The aggregation strategy's measurements (per-layer divergences, weights): many columns.
+  aggregation_release = CSVReleaseManager(
+      os.path.join(output_dir, "aggregation.csv"), key_fieldname="round")
+  # Client states live on disk; a resumed run forgets what rounds after its checkpoint wrote.
+  store = (client_state.DiskClientStateStore(os.path.join(output_dir, "client_states"))
+           if process.keeps_client_state else None)
+  if store is not None:
+    store.rollback(state.round_num)
+  probe, knn = config.probe_config(), config.knn_config()
+  start = time.perf_counter()
+  bar = progress_lib.bar(config.rounds, desc="rounds", unit="round", initial=state.round_num,
+                         enabled=progress)
+  try:
+    while state.round_num < config.rounds:
+      r = state.round_num
+      round_start = time.perf_counter()
+      ids, clients = round_clients(r)
+      try:
+        state, metrics = process.next(state, clients, client_ids=ids, store=store)
+      except Exception as e:  # pylint: disable=broad-except
+        # A remote worker that died: one line naming it (and what to do), not a gRPC traceback.
+        down = (runtime.workers_down(runtime.configured_workers())
+                if runtime.configured_workers() else [])
+        if not down and not isinstance(e, runtime.WorkerUnavailableError):
+          raise
+        kept = asyncio.run(state_manager.get_versions())
+        which = f"worker {', '.join(down)} stopped answering" if down else str(e)
+        raise runtime.WorkerUnavailableError(
+            f"round {r}: {which}; restart it (bin/worker) and rerun the same command to resume from "
+            f"{f'the checkpoint of round {max(kept)}' if kept else 'the start'}") from None
+      if not np.isfinite(metrics["loss"]):
+        kept = asyncio.run(state_manager.get_versions())
+        kept = f"its checkpoint of round {max(kept)} is kept" if kept else "it has no checkpoint"
+        raise FloatingPointError(
+            f"round {r}: loss became {metrics['loss']}; {methods.get(config.method).hint(config)} "
+            f"in a new --output_dir ({output_dir}: {kept})")
+      released = {"loss": np.float32(metrics["loss"])}
+      if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
+        released["linear_probe_accuracy"] = np.float32(_evaluate(
+            process.encoders(state, store),
+            lambda e: evaluation.linear_probe(e, train, test, probe))[0])
+      if config.knn_every and (r + 1) % config.knn_every == 0 and r + 1 < config.rounds:
+        released["knn_accuracy"] = np.float32(_evaluate(
+            process.encoders(state, store),
+            lambda e: evaluation.knn_monitor(e, train, test, knn))[0])
+      round_seconds = time.perf_counter() - round_start
+      asyncio.run(csv_release.release(released, key=r))
+      history.append([released.get(k, np.nan) for k in RELEASED])
+      asyncio.run(tb_release.release(released, key=r))
+      if metrics.get("aggregation"):
+        asyncio.run(aggregation_release.release(metrics["aggregation"], key=r))
+        asyncio.run(tb_release.release({"aggregation": metrics["aggregation"]}, key=r))
+      own_mb, worker_mb = runtime.resident_memory_mb()
+      resources = {"round_seconds": np.float32(round_seconds), "rss_mb": np.float32(own_mb),
+                   "worker_rss_mb": np.float32(worker_mb)}
+      if store is not None:
+        resources["client_states_mb"] = np.float32(store.disk_bytes() / 2**20)
+      asyncio.run(resources_release.release(resources, key=r))
+      if state.round_num % config.checkpoint_every == 0 or state.round_num == config.rounds:
+        asyncio.run(state_manager.save(program_state(state, history), version=state.round_num))
+        if store is not None:  # Versions no kept checkpoint needs.
+          store.prune(min(asyncio.run(state_manager.get_versions()) or [state.round_num]))
+      bar.update(1)
+      bar.set_postfix(loss=f"{metrics['loss']:.2f}")
+  finally:
+    bar.close()
+  # One encoder (the global model's), or one per heterogeneous architecture: their mean, and each.
+  encoders = process.encoders(state, store)
+  initial = process.encoders(None, store) if random_init_baseline else []
+  results = {
+      "method": config.method,
+      "dataset": config.dataset,
+      "rounds": config.rounds,
+      "final_loss": _read_last_loss(os.path.join(output_dir, "metrics.csv")),
+      "linear_probe_label_fraction": config.eval_label_fraction,
+  }
+  evaluations = [("linear_probe", lambda e: evaluation.linear_probe(e, train, test, probe))]
+  if config.knn_every:
+    evaluations.append(("knn", lambda e: evaluation.knn_monitor(e, train, test, knn)))
+  for name, evaluate in evaluations:
+    for which, chosen in (("pretrained", encoders), ("random_init", initial)):
+      if not chosen:
+        continue
+      mean, each = _evaluate(chosen, evaluate)
+      results[f"{name}_accuracy_{which}"] = mean
+      if len(chosen) > 1:
+        results[f"{name}_accuracy_{which}_each"] = each
+
+  results["seconds"] = round(time.perf_counter() - start, 1)
+  return results, encoders
+
+
+# What metrics.csv holds per round; each checkpoint holds them too (`program_state`), so a resumed
+# run writes back exactly the rounds its checkpoint covers (`restore_metrics`).
+RELEASED = ("loss", "linear_probe_accuracy", "knn_accuracy")
+
+
+def program_state(state: ServerState, history) -> dict[str, Any]:
+  """What a checkpoint holds: the server state and the released metrics of every round so far (a
+  [rounds, len(RELEASED)] float32 array; NaN where a round released no such value)."""
+  return dict(state.to_program_state(),
+              metrics=np.asarray(history, np.float32).reshape(-1, len(RELEASED)))
+
+
+def restore_metrics(path: str, history) -> None:
+  """Writes `path` (metrics.csv) anew with the rounds of `history` (`program_state`'s metrics), as
+  the run released them: a row cut short by a kill, or rows of rounds after the checkpoint, go;
+  rows lost since the checkpoint come back."""
+  if os.path.exists(path):
+    os.remove(path)
+  if not len(history):
+    return
+  release = CSVReleaseManager(path, key_fieldname="round")
+  for r, row in enumerate(history):
+    values = {k: np.float32(v) for k, v in zip(RELEASED, row) if np.isfinite(v)}
+    asyncio.run(release.release(values, key=r))
+
+
+def truncate_csv(path: str, rounds_done: int) -> None:
+  """Keeps the complete rows of a per-round CSV (`round` first) of rounds < `rounds_done`: a row cut
+  short by a kill, or of a round after the checkpoint the run resumes from, goes."""
+  if not os.path.exists(path):
+    return
+  with open(path, newline="") as f:
+    text = f.read()
+  lines = text.split("\n")
+  complete = lines[:-1]  # The last piece has no newline: empty, or cut short.
+  if not complete:
+    os.remove(path)
+    return
+  width = len(next(csv.reader([complete[0]])))
+  kept = [complete[0]] + [
+      line for line in complete[1:]
+      if len(row := next(csv.reader([line]))) == width and row[0].isdigit() and
+      int(row[0]) < rounds_done]
+  if len(kept) != len(complete) or lines[-1]:
+    rundir.write_atomic(path, "\n".join(kept) + "\n")
+
+
+def check_workers(config, workers: list[str]) -> None:
+  """Raises ValueError if a round of `config` has fewer TFF client slots than `workers` (a worker
+  without clients would idle): the grouped simulation packs a round into ceil(clients_per_round /
+  group_size) slots (group_size 0: one)."""
+  if len(workers) < 2:
+    return
+  per_round = config.clients_per_round
+  slots = per_round if config.simulation == "reference" else (
+      -(-per_round // config.group_size) if config.group_size else 1)
+  if slots < len(workers):
+    most = max(1, per_round // len(workers))
+    raise ValueError(f"--workers names {len(workers)} workers but a round has {slots} TFF client "
+                     f"slot(s) (clients_per_round={per_round}, group_size={config.group_size}): "
+                     f"set --group_size={most} or less so each worker gets clients")
+
+
+def load_newest_readable(manager: tff.program.FileProgramStateManager, structure):
+  """The newest checkpoint of `manager` that reads back, or None if there is none.
+
+  A checkpoint cut short (a crash or a full disk while it was written) does not read back; it is
+  renamed `unreadable_program_state_<round>` (so the rerun can save that round again), one line on
+  stderr says so, and the one before it is loaded. If no checkpoint reads back, which is what a run
+  folder of another version of the code gives, this raises ValueError rather than start over.
+  """
+  versions = sorted(asyncio.run(manager.get_versions()) or [], reverse=True)
+  failures = []
+  for version in versions:
+    try:
+      loaded = asyncio.run(manager.load(version, structure))
+    except Exception as e:  # pylint: disable=broad-except  # Any reader error: try an older one.
+      failures.append((version, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+      continue
+    root = manager._root_dir  # pylint: disable=protected-access
+    for bad, reason in failures:
+      path = manager._get_path_for_version(bad)  # pylint: disable=protected-access
+      os.rename(path, os.path.join(root, f"unreadable_program_state_{bad}"))
+      print(f"warning: checkpoint of round {bad} does not read back ({reason}); moved aside, "
+            f"resuming from the checkpoint of round {version}", file=sys.stderr)
+    return loaded
+  if failures:
+    version, reason = failures[0]
+    raise ValueError(f"no checkpoint in {manager._root_dir} reads back (round {version}: {reason}); "  # pylint: disable=protected-access
+                     f"a run folder of another version of tff-ssl cannot be resumed: choose another "
+                     f"--output_dir")
+  return None
+
+
+def _check_resumable(hparams_path: str, config, output_dir: str) -> None:
+  """Raises ValueError unless the run folder's hparams.json describes `config`'s run
+  (`rundir.compare_settings`: a field added since, at its default, is the run's)."""
+  missing, extra, equal = rundir.compare_settings(open(hparams_path).read(), config)
+  if missing or extra:
+    raise ValueError(f"{output_dir} holds a run written by another version of tff-ssl (its "
+                     f"hparams.json lacks {missing or 'nothing'} and has {extra or 'nothing'} more); "
+                     f"it cannot be resumed: choose another --output_dir")
+  if not equal:
+    raise ValueError(f"{output_dir} holds a run with other hyperparameters; resume it with the same "
+                     f"flags or choose another --output_dir")
+
+
+def load_encoder(config, image_shape, manager) -> tf.keras.Model:
+  """The Keras encoder held by the latest checkpoint of a federated run."""
+  tf.keras.utils.set_random_seed(config.seed)
+  model = FunctionalModel(ssl_model_builder(config, image_shape))
+  process = build_process(config, model, image_shape)
+  loaded = load_newest_readable(manager, program_state(process.initialize(), []))
+  if loaded is None:
+    raise ValueError("the run has no checkpoint yet; run bin/train first")
+  # One global encoder; a process whose encoders live in its clients' states refuses (no store).
+  return process.encoders(ServerState.from_program_state(loaded), None)[0][1]
+
+
+def _divergence_hint(config) -> str:
+  """What to try when a run's loss became NaN or infinite (the method's hint)."""
+  return methods.get(config.method).hint(config)
+
+
+def _read_last_loss(path: str) -> float:
+  with open(path) as f:
+    rows = [line.strip().split(",") for line in f if line.strip()]
+  header = rows[0]
+  return float(rows[-1][header.index("loss")])
