@@ -46,10 +46,8 @@ class RoundParts:
     self.grouped = grouped
     slot = [None] if grouped else []
     self.state_type = self.context_type = self.ids_type = self.report_spec = None
-    self.state_spec = None
     if client_state is not None:
-      self.state_spec = client_state.spec(model)
-      self.state_type = tff_type(self.state_spec, slot)
+      self.state_type = tff_type(client_state.spec(model), slot)
       context = client_state.context_spec(model)
       if context is not None:
         self.context_type = tff_type(context)
