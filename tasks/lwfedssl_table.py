@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from tff_ssl import benchmark, table_report
+from tff_ssl import table_report
+from tff_ssl.benchmarks import layerwise_cost
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.tables import LINEAR_AND_KNN_100, Column, Row, Table
 
@@ -165,13 +166,13 @@ def mini() -> Table:
 
 
 def cost_appendix(table: Table, output_dir: str) -> str:
-  """The cost table of the table's rows (`tff_ssl.benchmark.layerwise_costs`, run by `bin/benchmark
-  --layerwise` in a process of its own: the memory measurement needs its environment), written
-  beside table.md as cost.csv / cost.md. At paper scale bytes only (FLOPs and memory of ViT-Tiny at
-  batch 1024 on the reproducing machine's CPU would take hours: bin/benchmark --layerwise
-  --layerwise_scale=paper --batch=B)."""
-  return benchmark.layerwise_cost_report(table, output_dir, memory=table.scale == "mini",
-                                         flops=table.scale == "mini")
+  """The cost table of the table's rows (`tff_ssl.benchmarks.layerwise_cost.layerwise_costs`, run
+  by `bin/benchmark --layerwise` in a process of its own: the memory measurement needs its
+  environment), written beside table.md as cost.csv / cost.md. At paper scale bytes only (FLOPs
+  and memory of ViT-Tiny at batch 1024 on the reproducing machine's CPU would take hours:
+  bin/benchmark --layerwise --layerwise_scale=paper --batch=B)."""
+  return layerwise_cost.layerwise_cost_report(table, output_dir, memory=table.scale == "mini",
+                                              flops=table.scale == "mini")
 
 
 SCALES = {"mini": mini, "paper": paper}

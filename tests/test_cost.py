@@ -14,7 +14,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tasks import lwfedssl_table
-from tff_ssl import benchmark, cost, models
+from tff_ssl import cost, models
+from tff_ssl.benchmarks import layerwise_cost
 
 
 def test_message_bytes_of_a_model_type_by_hand():
@@ -85,8 +86,8 @@ def test_layerwise_cost_table():
   # The table's rows, small: batch 4 (FLL + DD half of it, as in the table).
   small = [(name, dataclasses.replace(c, depth=2, width=0.5, projector=(16, 8), predictor=(16, 8),
                                       local_batch_size=c.local_batch_size // 32))
-           for name, c in benchmark.table_rows(lwfedssl_table.mini())]
-  rows = benchmark.layerwise_costs(small)
+           for name, c in layerwise_cost.table_rows(lwfedssl_table.mini())]
+  rows = layerwise_cost.layerwise_costs(small)
   by = {(r["method"], r["stage"]): r for r in rows}
   assert len(rows) == 10
   e2e, prog, lw = (by[("FedMoCo", 2)], by[("Prog-FedSSL", 2)], by[("FedMoCo-LW", 2)])
@@ -98,9 +99,9 @@ def test_layerwise_cost_table():
   assert lwf["upload_bytes"] == lw["upload_bytes"]
   assert lwf["kept_download_bytes"] == lwf["download_bytes"] == e2e["download_bytes"]
   assert lwf["step_flops"] > lw["step_flops"]
-  table = benchmark.format_layerwise_table(rows)
+  table = layerwise_cost.format_layerwise_table(rows)
   assert "| FedMoCo-LW | 2 |" in table and "FLL + DD: 2" in table  # Its half batch.
-  totals = {t["method"]: t for t in benchmark.layerwise_totals(rows)}
+  totals = {t["method"]: t for t in layerwise_cost.layerwise_totals(rows)}
   assert totals["FedMoCo"]["upload_bytes_lower"] == 1.0
   assert totals["FedMoCo-LW"]["upload_bytes"] == sum(by[("FedMoCo-LW", s)]["upload_bytes"]
                                                      for s in (1, 2))

@@ -9,7 +9,7 @@ from tests.test_imports import _graph
 from tff_ssl.methods import fedavg
 
 ABOVE_THE_ANATOMY = ("tff_ssl.methods", "tff_ssl.runner", "tff_ssl.runtime", "tff_ssl.experiment",
-                     "tff_ssl.reproduce", "tff_ssl.tables", "tff_ssl.benchmark")
+                     "tff_ssl.reproduce", "tff_ssl.tables", "tff_ssl.benchmarks")
 
 
 def test_the_round_anatomy_imports_no_method_run_layer_or_worker_configuration():

@@ -13,6 +13,8 @@ import sys
 
 from absl import flags
 
+from tff_ssl import config_fields
+
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
@@ -62,3 +64,52 @@ def one_line_errors(rerun: str = "rerun the same command to resume from the last
     print(f"error: {type(e).__name__}: {_first_line(e.message)}; fix that (free disk space, ...) "
           f"and {rerun}", file=sys.stderr)
     sys.exit(EXIT_ERROR)
+
+
+def _shown(value) -> str:
+  if isinstance(value, tuple):
+    return ",".join(str(v) for v in value) or "(empty)"
+  return str(value)
+
+
+def define_config_flags(config_class, flag_values=flags.FLAGS) -> None:
+  """One flag per field of `config_class` (a dataclass of `config_fields.Field`s), its help, type
+  and choices from the field's declaration. Every flag defaults to None: "the task's value"
+  (`config_overrides`). Bounds are checked where the config is made, with the field's one check."""
+  for spec in config_fields.specs(config_class):
+    help_ = f"{spec.describe()} (config default: {_shown(spec.default)})"
+    kind = spec.type
+    choices = spec.choice_list()
+    if kind is bool:
+      flags.DEFINE_bool(spec.name, None, help_, flag_values=flag_values)
+    elif kind is tuple:
+      flags.DEFINE_list(spec.name, None, help_, flag_values=flag_values)
+    elif kind is int:
+      flags.DEFINE_integer(spec.name, None, help_ + (f" One of {choices}." if choices else ""),
+                           flag_values=flag_values)
+    elif kind is float:
+      flags.DEFINE_float(spec.name, None, help_, flag_values=flag_values)
+    elif choices is not None:
+      flags.DEFINE_enum(spec.name, None, sorted(str(c) for c in choices), help_,
+                        flag_values=flag_values)
+    else:
+      flags.DEFINE_string(spec.name, None, help_, flag_values=flag_values)
+
+
+def config_overrides(config_class, flag_values=flags.FLAGS) -> dict:
+  """{field: value} for every `define_config_flags` flag given on the command line, in the field's
+  type (a list flag's items converted to its `item` type; ValueError, one line, where one is not)."""
+  overrides = {}
+  for spec in config_fields.specs(config_class):
+    flag = flag_values[spec.name]
+    if not flag.present:
+      continue
+    value = flag.value
+    if spec.type is tuple:
+      try:
+        value = tuple(spec.item(v) for v in value)
+      except ValueError:
+        raise ValueError(f"--{spec.name} must be comma-separated {spec.item.__name__}s; got "
+                         f"{','.join(value)}") from None
+    overrides[spec.name] = value
+  return overrides

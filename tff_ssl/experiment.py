@@ -21,7 +21,6 @@ import asyncio
 import dataclasses
 import io
 import json
-import math
 import os
 import shutil
 import time
@@ -31,12 +30,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_ssl import config_fields
 from tff_ssl import data as data_lib
-from tff_ssl import evaluation, losses, methods, models, optim, rundir
+from tff_ssl import evaluation, methods, models, rundir
 from tff_ssl import progress as progress_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl import runner
-from tff_ssl.federated import ssl_model
+from tff_ssl.config_fields import Field
+from tff_ssl.federated import common, grouping, ssl_model
 from tff_ssl.training import PretrainConfig, centralized, pretrain
 
 
@@ -44,146 +45,102 @@ from tff_ssl.training import PretrainConfig, centralized, pretrain
 
 def method_specific_fields() -> tuple[str, ...]:
   """Fields some methods (`tff_ssl.methods`) or SSL methods (`tff_ssl.ssl`) read and others not."""
-  return tuple(sorted({f for m in methods.METHODS.values() for f in m.fields} | {"ssl"} |
+  return tuple(sorted({f for m in methods.METHODS.values() for f in m.field_names} | {"ssl"} |
                       {f for m in ssl_lib.SSL_METHODS.values() for f in m.hparams}))
+
 
 # Partitions of the training split into clients, and the fields each reads (`data.PARTITIONS`).
 PARTITIONS = {name: p.fields for name, p in data_lib.PARTITIONS.items()}
-HEAD_NORMS = {"group": None, "batch": None}  # --head_norm's choices (`ssl_model.head_options`).
 
 
+def _gt0(name: str, default, help_: str, **kw) -> Field:
+  return Field(name, default, help_, lower=0, open_lower=True, **kw)
 
-@dataclasses.dataclass(frozen=True)
-class ExperimentConfig:
-  """A pretraining + evaluation run; defaults are the README demo's."""
 
-  method: str = "centralized"  # A `tff_ssl.methods` name.
-  ssl: str = "cco"  # The SSL method (`tff_ssl.ssl`) the method trains with.
-  dataset: str = "fashion_mnist"
-  data_dir: str | None = None
-  download: bool = False
-  encoder: str = "resnet14"
-  width: float = 1.0
-  stem_stride: int = 1  # 2: the 3x3 stem halves 28-32 px inputs (a quarter of the compute).
-  pool_grid: int = 1  # ResNets: average-pool the last feature map over a g x g grid (1: global).
-  depth: int = 0  # ViT encoders: the number of transformer blocks (0: the encoder's own).
-  patch_size: int = 0  # ViT encoders: pixels per patch side (0: 4).
-  projector: tuple[int, ...] = (512, 512, 512)
-  # BYOL / SimSiam predictor head sizes (its last must equal the projector's); () gives
-  # (512, projector[-1]).
-  predictor: tuple[int, ...] = ()
-  # The SSL heads' normalization: "group" (GroupNorm, per image) or "batch" (statistics of each
-  # client's own batch, per view: the SSL method's published heads, `SSLMethod.batch_heads`).
-  head_norm: str = "group"
-  target_decay: float = 0.99  # BYOL, MoCo: EMA decay of the target network over local steps.
-  moco_queue: int = 4096  # MoCo: negative keys in the queue.
-  steps: int = 300
-  batch_size: int = 256
-  optimizer: str = "adam"
-  learning_rate: float = 2e-3
-  cco_lambda: float = losses.cco.DEFAULT_LAMBDA
-  temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
-  crop_min_scale: float = 0.2
-  blur: bool = False
-  # Federated methods.
-  rounds: int = 100
-  num_clients: int = 6000
-  partition: str = "dirichlet"
-  samples_per_client: int = 1
-  split_samples: int = 0  # dirichlet_split: split this many random images (0: the whole split).
-  alpha: float = 0.0
-  classes_per_client: int = 2  # The "classes" partition.
-  clients_per_round: int = 64
-  local_steps: int = 1  # FedAvg-style: local epochs (full-batch steps when local_batch_size = 0).
-  local_batch_size: int = 0  # FedAvg-style: 0 = each client's whole data as one batch.
-  client_optimizer: str = "sgd"
-  client_learning_rate: float = 1.0
-  client_weight_decay: float = 0.0
-  # FedAvg-style: the aggregation strategy (tff_ssl.aggregators) and its options.
-  aggregator: str = "fedavg"
-  aggregator_granularity: str = "layer"  # L-DAWA family: Keras layers or single tensors.
-  scale_normalization: bool = False  # L-DAWA family: scale GroupNorm tensors too (authors' code).
-  fedavg_warmup_rounds: int = 0  # DAWA family: plain FedAvg first (authors' code).
-  measure_divergence: bool = False  # Non-DAWA strategies: report the mean client-global cosine.
-  # Stateful clients (tff_ssl/methods/fedssl.py): FedU's threshold, FedEMA's scaler (> 0: constant
-  # lambda; 0: the autoscaler with tau), and the divergence ("paper" or the authors' "code").
-  fedu_threshold: float = 0.4
-  fedema_lambda: float = 0.0
-  fedema_tau: float = 0.7
-  divergence_measure: str = "paper"
-  # FedFoA's term on top of FedBYOL / FedU / FedEMA (tff_ssl/methods/fedfoa.py): lambda, the warm-up
-  # rounds, the norm of ||Z - Q* R_j||, which bank entries j ("trace": a larger trace than the
-  # client's current R; "all"), the bank ("clients": each client's newest R_bar; "merged": their
-  # mean) and its size (0: the clients per round).
-  fedfoa: bool = False
-  fedfoa_lambda: float = 0.01
-  fedfoa_warmup: int = 5
-  fedfoa_norm: str = "fro"
-  fedfoa_select: str = "trace"
-  fedfoa_bank: str = "clients"
-  fedfoa_bank_size: int = 0
-  # Heterogeneous clients (tff_ssl/methods/heterogeneous.py): client c's encoder is
-  # architectures[c % len(architectures)].
-  architectures: tuple[str, ...] = ("resnet14", "resnet18", "vgg9", "alexnet")
-  # FedLAMA (L-DAWA's EUC row, tff_ssl/methods/fedlama.py): the base aggregation interval in rounds
-  # and the factor phi of the relaxed layers' interval.
-  fedlama_interval: int = 1
-  fedlama_phi: int = 2
-  fedprox_mu: float = 0.01  # FedProx: the proximal term's weight mu (tff_ssl/methods/fedprox.py).
-  # Layer-wise methods (tff_ssl/methods/layerwise.py). LW-FedSSL: the fraction of the training
-  # images the server holds for its calibration (unlabeled, never a client's) and the weight beta of
-  # the clients' representation alignment; FLL + DD: the probability that a frozen block is dropped
-  # at a local step.
-  auxiliary_fraction: float = 0.1
-  alignment_weight: float = 0.01
-  depth_dropout: float = 0.5
-  server_optimizer: str = "adam"
-  server_learning_rate: float = 2e-3
-  # "cosine": decayed to 0 over the rounds (DCCO); "constant" (FedAvg's server step of 1).
-  server_lr_schedule: str = "cosine"
-  eval_every: int = 0  # Rounds between linear probes (0: only at the end).
-  # Federated runs: rounds between kNN monitors (k = 200, t = 0.1 on every train label; also at the
-  # end, pretrained and random init); 0: none.
-  knn_every: int = 0
-  checkpoint_every: int = 10  # Rounds between checkpoints (a SavedModel write costs seconds).
-  # "grouped": real clients packed into TFF client slots (exact, near-centralized cost);
-  # "reference": one real client per TFF slot (tff_ssl/federated/grouping.py).
-  simulation: str = "grouped"
-  group_size: int = 0  # Real clients per TFF slot in grouped mode; 0: the whole round in one slot.
-  # > 0: hold this stratified fraction of train out of pretraining and of the probe's labels, and
-  # report accuracy on it instead of on test (hyperparameter selection never sees the test split).
-  validation_fraction: float = 0.0
-  eval_label_fraction: float = 0.1
-  eval_steps: int = 500
-  eval_learning_rate: float = 2.0
-  log_every: int = 10
-  seed: int = 0
+# The fields every run has (the methods declare their own: `Method.fields`). Where a typed
+# sub-config also receives a value, the `Field` is declared beside it and shared.
+SHARED_FIELDS = (
+    Field("method", "centralized", "Method (tff_ssl.methods): " + "; ".join(
+        f"{m.name}: {m.summary}" for m in methods.METHODS.values()), choices=lambda: methods.METHODS),
+    Field("ssl", "cco", "SSL method (tff_ssl.ssl) the method trains with: " + ", ".join(
+        f"{m.name} ({'/'.join(m.ssl)})" for m in methods.METHODS.values() if m.ssl) + ".",
+          choices=lambda: ssl_lib.SSL_METHODS),
+    Field("dataset", "fashion_mnist", "Image source.", choices=lambda: data_lib.SOURCES),
+    Field("data_dir", None, "tensorflow-datasets folder for tfds sources.", kind=str,
+          optional=True),
+    Field("download", False, "Let tfds download a missing dataset (needs the internet)."),
+    Field("encoder", "resnet14", "Encoder backbone.", choices=lambda: models.ENCODERS),
+    _gt0("width", 1.0, "Encoder width multiplier."),
+    Field("stem_stride", 1, "ResNets: stride of the 3x3 stem on 28-32 px images (2: a quarter of "
+          "the compute).", choices=(1, 2)),
+    Field("pool_grid", 1, "ResNets: average-pool the last feature map over a g x g grid, D = g^2 x "
+          "channels (1: global average pooling).", lower=1, note="1: global average pooling"),
+    Field("depth", 0, "ViT encoders: the number of transformer blocks (0: the encoder's own, 12 "
+          "for vit_tiny, 6 for vit_mini).", lower=0, note="0: the encoder's own"),
+    Field("patch_size", 0, "ViT encoders: pixels per patch side; must divide the image size (0: "
+          "4).", lower=0, note="0: the encoder's own"),
+    Field("projector", (512, 512, 512), "Projector layer sizes, e.g. 1024,1024,1024.", item=int,
+          lower=1),
+    Field("predictor", (), "BYOL / SimSiam predictor layer sizes, ending at the projector's output "
+          "(empty: 512,<projector output>).", item=int, lower=1),
+    ssl_model.HEAD_NORM,
+    *ssl_lib.HPARAMS.values(),
+    centralized.STEPS, centralized.BATCH_SIZE, centralized.OPTIMIZER, centralized.LEARNING_RATE,
+    Field("crop_min_scale", 0.2, "Smallest random-resized-crop area fraction.", lower=0, upper=1,
+          open_lower=True),
+    Field("blur", False, "Gaussian blur in the views (BYOL: on; DCCO CIFAR: off)."),
+    # Federated methods.
+    Field("rounds", 100, "Federated rounds.", lower=1),
+    Field("num_clients", 6000, "Clients in the partition of the train split.", lower=1),
+    Field("partition", "dirichlet", "dirichlet: num_clients x samples_per_client, labels ~ "
+          "Dir(alpha); dirichlet_split: every class split over the clients by Dir(alpha) (unequal "
+          "sizes, the L-DAWA paper's); classes: num_clients x samples_per_client, "
+          "classes_per_client classes each (FedEMA's).", choices=lambda: data_lib.PARTITIONS),
+    Field("samples_per_client", 1, "Images per client (dirichlet and classes partitions).",
+          lower=1),
+    Field("split_samples", 0, "dirichlet_split: split this many random training images (0: all).",
+          lower=0, note="0: the whole split"),
+    Field("alpha", 0.0, "Dirichlet label concentration: 0 one class per client, 1000 IID.", lower=0,
+          note="0: one class per client; 1000: IID"),
+    Field("classes_per_client", 2, "classes partition: classes each client holds.", lower=1),
+    Field("clients_per_round", 64, "Clients sampled per round.", lower=1),
+    common.LOCAL_STEPS, common.CLIENT_OPTIMIZER, common.CLIENT_LEARNING_RATE,
+    common.SERVER_OPTIMIZER, common.SERVER_LEARNING_RATE, common.SERVER_LR_SCHEDULE,
+    Field("eval_every", 0, "Rounds (steps, centralized) between linear probes (0: only at the "
+          "end).", lower=0),
+    Field("knn_every", 0, "Federated runs: rounds between kNN monitors (k = 200, t = 0.1 on every "
+          "train label, FedEMA's code), also run at the end; 0: none.", lower=0,
+          note="0: no kNN monitor"),
+    Field("checkpoint_every", 10, "Rounds between checkpoints (a SavedModel write costs seconds).",
+          lower=1),
+    grouping.SIMULATION, grouping.GROUP_SIZE,
+    Field("validation_fraction", 0.0, "Hold this stratified fraction of train out of pretraining "
+          "and the probe's labels and report accuracy on it instead of on test (hyperparameter "
+          "selection never sees the test split).", lower=0, upper=1, open_upper=True),
+    Field("eval_label_fraction", 0.1, "Labeled fraction for the linear probe.", lower=0, upper=1,
+          open_lower=True),
+    Field("eval_steps", 500, "Linear-probe training steps.", lower=1),
+    _gt0("eval_learning_rate", 2.0, "Linear-probe LARS learning rate."),
+    Field("log_every", 10, "Write the loss every N steps.", lower=1),
+    Field("seed", 0, "Seed of every random choice.", lower=0),
+)
+
+
+class _ExperimentConfig:
+  """A pretraining + evaluation run; defaults are the README demo's.
+
+  A frozen dataclass assembled from `SHARED_FIELDS` and the fields the registered methods declare
+  (`Method.fields`): `config_fields.specs(ExperimentConfig)` lists every field with its help,
+  bounds and choices; bin/train makes one flag of each.
+  """
 
   def __post_init__(self):
-    for f in dataclasses.fields(self):  # inf/nan pass every "> 0" check below.
-      value = getattr(self, f.name)
-      if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"--{f.name}={value} is not a finite number; give a finite value (its "
-                         f"default: {f.default})")
-    object.__setattr__(self, "projector", tuple(int(s) for s in self.projector))
-    object.__setattr__(self, "architectures", tuple(str(a) for a in self.architectures))
-    if not self.architectures:
-      raise ValueError("architectures must name at least one encoder")
-    for a in self.architectures:
-      _choice("architectures", a, models.ENCODERS)
-    _choice("method", self.method, methods.METHODS)
-    _choice("ssl", self.ssl, ssl_lib.SSL_METHODS)
-    _choice("dataset", self.dataset, data_lib.SOURCES)
-    _choice("encoder", self.encoder, models.ENCODERS)
-    _choice("optimizer", self.optimizer, optim.OPTIMIZERS)
-    for name in ("steps", "batch_size", "eval_steps", "log_every", "rounds", "num_clients",
-                 "samples_per_client", "clients_per_round", "local_steps", "checkpoint_every"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name} must be >= 1; got {getattr(self, name)}")
-    if self.batch_size < 2:
-      raise ValueError(f"batch_size must be >= 2 for a within-batch SSL loss; got {self.batch_size}")
-    if self.stem_stride not in (1, 2):
-      raise ValueError(f"stem_stride must be 1 or 2; got {self.stem_stride}")
+    # Each field's own rule (bounds, choices, finite numbers), from its declaration.
+    for spec in config_fields.specs(type(self)):
+      value = spec.normalize(getattr(self, spec.name))
+      object.__setattr__(self, spec.name, value)
+      spec.check(value)
+    # Rules between fields.
     vit = self.encoder in models.VITS
     if not vit and (self.depth or self.patch_size):
       raise ValueError(f"depth and patch_size are ViT options; encoder {self.encoder!r} is not a ViT "
@@ -191,47 +148,18 @@ class ExperimentConfig:
     if self.encoder not in models.RESNETS and self.stem_stride != 1:
       raise ValueError(f"stem_stride is a ResNet option; encoder {self.encoder!r} is not a ResNet "
                        f"(drop --stem_stride)")
-    if self.pool_grid < 1:
-      raise ValueError(f"pool_grid must be >= 1 (1: global average pooling); got {self.pool_grid}")
     if self.encoder not in models.RESNETS and self.pool_grid != 1:
       raise ValueError(f"pool_grid is a ResNet option; encoder {self.encoder!r} is not a ResNet "
                        f"(drop --pool_grid)")
-    if self.depth < 0 or self.patch_size < 0:
-      raise ValueError(f"depth and patch_size must be >= 0 (0: the encoder's own); got "
-                       f"depth={self.depth}, patch_size={self.patch_size}")
-    if self.eval_every < 0:
-      raise ValueError(f"eval_every must be >= 0; got {self.eval_every}")
-    if self.knn_every < 0:
-      raise ValueError(f"knn_every must be >= 0 (0: no kNN monitor); got {self.knn_every}")
-    if not self.alpha >= 0:
-      raise ValueError(f"alpha must be >= 0 (0: one class per client; 1000: IID); got {self.alpha}")
     if self.clients_per_round > self.num_clients:
       raise ValueError(f"clients_per_round ({self.clients_per_round}) exceeds num_clients "
                        f"({self.num_clients})")
-    for name in ("width", "learning_rate", "eval_learning_rate", "temperature"):
-      if not getattr(self, name) > 0:
-        raise ValueError(f"{name} must be > 0; got {getattr(self, name)}")
-    if self.cco_lambda < 0:
-      raise ValueError(f"cco_lambda must be >= 0; got {self.cco_lambda}")
-    if not 0 < self.crop_min_scale <= 1:
-      raise ValueError(f"crop_min_scale must be in (0, 1]; got {self.crop_min_scale}")
-    if not 0 <= self.validation_fraction < 1:
-      raise ValueError(f"validation_fraction must be in [0, 1); got {self.validation_fraction}")
-    if not 0 < self.eval_label_fraction <= 1:
-      raise ValueError(f"eval_label_fraction must be in (0, 1]; got {self.eval_label_fraction}")
-    if not self.projector or min(self.projector) < 1:
-      raise ValueError(f"projector sizes must be positive; got {list(self.projector)}")
-    object.__setattr__(self, "predictor", tuple(int(s) for s in self.predictor))
-    if self.predictor and (min(self.predictor) < 1 or self.predictor[-1] != self.projector[-1]):
-      raise ValueError(f"predictor sizes must be positive and end at the projector's output "
+    if not self.projector:
+      raise ValueError("projector needs at least one layer size, e.g. 512,512,512")
+    if self.predictor and self.predictor[-1] != self.projector[-1]:
+      raise ValueError(f"predictor sizes must end at the projector's output "
                        f"{self.projector[-1]}; got {list(self.predictor)}")
-    _choice("partition", self.partition, PARTITIONS)
-    if self.classes_per_client < 1:
-      raise ValueError(f"classes_per_client must be >= 1; got {self.classes_per_client}")
-    if self.split_samples < 0:
-      raise ValueError(f"split_samples must be >= 0 (0: the whole split); got {self.split_samples}")
     data_lib.PARTITIONS[self.partition].check(self)
-    _choice("head_norm", self.head_norm, HEAD_NORMS)
     if self.head_norm == "batch":
       refusal = methods.get(self.method).no_batch_heads
       if refusal:
@@ -239,7 +167,7 @@ class ExperimentConfig:
       if self.local_batch_size == 1:
         raise ValueError("--head_norm=batch needs >= 2 images in a client's batch for its "
                          "statistics; got local_batch_size=1 (raise it, or use --head_norm=group)")
-    # The method's own fields, where its typed sub-configs are built (once).
+    # The method's own rules, where its typed sub-configs are built (once).
     methods.get(self.method).check(self)
 
   @property
@@ -253,7 +181,7 @@ class ExperimentConfig:
     own = method.reads(self)
     stray = sorted(f for f in fields_set if f in method_specific_fields() and f not in own)
     if stray:
-      readers = ([m for m, spec in methods.METHODS.items() if stray[0] in spec.fields] +
+      readers = ([m for m, spec in methods.METHODS.items() if stray[0] in spec.field_names] +
                  [f"--ssl={s}" for s, spec in ssl_lib.SSL_METHODS.items()
                   if stray[0] in spec.hparams])
       using = f"method {self.method!r}" + (f" with --ssl={self.ssl}" if method.ssl else "")
@@ -290,9 +218,17 @@ class ExperimentConfig:
                                         learning_rate=self.eval_learning_rate, seed=self.seed)
 
 
-def _choice(name: str, value: str, registry) -> None:
-  if value not in registry:
-    raise ValueError(f"unknown {name} {value!r}; choose one of {sorted(registry)}")
+def config_class(entries) -> type:
+  """The config dataclass of the shared fields and the fields the methods `entries` declare (in
+  their order; a field shared by several methods once)."""
+  return config_fields.make_config_class(
+      "ExperimentConfig", config_fields.collect([SHARED_FIELDS] + [m.declared for m in entries]),
+      _ExperimentConfig, __name__)
+
+
+# The config: the shared fields, then each registered method's own, in registry order. Assembled
+# once, here: a method's own fields need its line in `tff_ssl/methods/__init__.py`.
+ExperimentConfig = config_class(methods.METHODS.values())
 
 
 class RunExistsError(ValueError):
@@ -481,10 +417,12 @@ def load_config(run_dir: str) -> ExperimentConfig:
     raise ValueError(f"{run_dir} is not a run folder (no hparams.json); pass a --output_dir of "
                      f"bin/train")
   with open(hparams_path) as f:
-    fields = json.load(f)
-  for name in ("projector", "predictor", "architectures"):
-    if name in fields:
-      fields[name] = tuple(fields[name])
+    fields = config_fields.upgrade(json.load(f), hparams_path)
+  known = {f.name for f in dataclasses.fields(ExperimentConfig)}
+  unknown = sorted(set(fields) - known)
+  if unknown:
+    raise ValueError(f"{hparams_path} has fields this tff-ssl does not know ({', '.join(unknown)}); "
+                     f"it was written by another version: update tff-ssl (git pull)")
   return ExperimentConfig(**fields)
 
 

@@ -1,8 +1,9 @@
 """What a method is to the rest of the project: one registry entry (`tff_ssl.methods.METHODS`).
 
-A method declares its name, its kind, the config fields it reads, the client SSL losses it trains
-with (`tff_ssl.ssl`), the fewest images a client needs, and, for a federated method, how its TFF
-process is built. The runner, `bin/train`, `tasks/` and the tables ask the entry; none compares method
+A method declares its name, its kind, the config fields it reads (declaring, as `Field`s, the ones
+only it or its family reads: `ExperimentConfig` is assembled from them, and bin/train's flags made),
+the client SSL losses it trains with (`tff_ssl.ssl`), the fewest images a client needs, and, for a
+federated method, how its TFF process is built. The runner, `bin/train`, `tasks/` and the tables ask the entry; none compares method
 names. Adding a federated method is one module (its process and its `METHOD = Method(...)`), one line
 in `tff_ssl/methods/__init__.py` and its tests (docs/adding_a_method.md).
 """
@@ -13,6 +14,7 @@ import dataclasses
 from typing import Any, Callable
 
 from tff_ssl import ssl as ssl_lib
+from tff_ssl.config_fields import Field
 
 KINDS = ("federated", "centralized", "supervised")
 # Fields every federated method reads.
@@ -36,8 +38,12 @@ class Method:
   name: what `--method` takes.
   kind: "federated" (a TFF process, run by `tff_ssl.runner`), "centralized" (pretraining
     on the pooled data) or "supervised" (the from-scratch baseline; no pretraining).
-  fields: the `ExperimentConfig` fields it reads beyond the common ones; the chosen SSL method's
-    hyperparameters (`tff_ssl.ssl`) are read too. Setting a field the method does not read is an error.
+  fields: the `ExperimentConfig` fields it reads beyond the common ones: names of fields declared
+    elsewhere (`tff_ssl/experiment.py`, or another method's), and `config_fields.Field`s it declares
+    itself (its own fields: their default, help, bounds and choices; the config and bin/train's
+    flags are made from them, and their bounds and choices checked when a config is made). The
+    chosen SSL method's hyperparameters (`tff_ssl.ssl`) are read too. Setting a field the method
+    does not read is an error.
   ssl: the client SSL methods it trains with (empty: it reads no `ssl`).
   validate(config): builds the method's typed sub-configs from an `ExperimentConfig`, which validates
     them (raises ValueError naming the bad value); called once, when the config is made.
@@ -56,7 +62,7 @@ class Method:
   name: str
   kind: str
   summary: str
-  fields: tuple[str, ...] = ()
+  fields: tuple[str | Field, ...] = ()
   ssl: tuple[str, ...] = ()
   validate: Callable[[Any], Any] = _no_check
   build: Callable[..., Any] | None = None
@@ -69,7 +75,7 @@ class Method:
     if self.kind not in KINDS:
       raise ValueError(f"method {self.name!r}: unknown kind {self.kind!r}; choose one of "
                        f"{list(KINDS)}")
-    if self.auxiliary and "auxiliary_fraction" not in self.fields:
+    if self.auxiliary and "auxiliary_fraction" not in self.field_names:
       raise ValueError(f"method {self.name!r}: a method with an auxiliary split reads "
                        f"auxiliary_fraction (add it to its fields)")
     if (self.kind == "federated") != (self.build is not None):
@@ -78,6 +84,16 @@ class Method:
     if unknown:
       raise ValueError(f"method {self.name!r}: unknown SSL method {unknown[0]!r}; choose from "
                        f"{sorted(ssl_lib.SSL_METHODS)}")
+
+  @property
+  def field_names(self) -> tuple[str, ...]:
+    """The names of the fields it reads (beyond the common ones and its SSL method's)."""
+    return tuple(f.name if isinstance(f, Field) else f for f in self.fields)
+
+  @property
+  def declared(self) -> tuple[Field, ...]:
+    """The fields it declares (`Field`s among `fields`)."""
+    return tuple(f for f in self.fields if isinstance(f, Field))
 
   @property
   def federated(self) -> bool:
@@ -96,8 +112,8 @@ class Method:
   def reads(self, config) -> tuple[str, ...]:
     """Every method-specific field this method reads with `config`'s SSL method."""
     if not self.ssl:
-      return self.fields
-    return self.fields + ("ssl",) + ssl_lib.get(config.ssl).hparams
+      return self.field_names
+    return self.field_names + ("ssl",) + ssl_lib.get(config.ssl).hparams
 
   def check(self, config) -> None:
     """Validates `config` for this method: its SSL method, then its typed sub-configs."""

@@ -16,6 +16,8 @@ import json
 import os
 import tempfile
 
+from tff_ssl import config_fields
+
 LOCK_FILE = ".lock"
 _LOCKS: dict[str, int] = {}  # realpath of a run folder -> the open, locked .lock file.
 
@@ -25,8 +27,11 @@ class RunLockedError(ValueError):
 
 
 def hparams_json(config) -> str:
-  """The text of a run folder's hparams.json for `config` (a dataclass)."""
-  return json.dumps(dataclasses.asdict(config), indent=2, sort_keys=True) + "\n"
+  """The text of a run folder's hparams.json for `config` (a dataclass), with the config layout's
+  version (`config_fields.VERSION`)."""
+  fields = dataclasses.asdict(config)
+  fields[config_fields.VERSION_KEY] = config_fields.VERSION
+  return json.dumps(fields, indent=2, sort_keys=True) + "\n"
 
 
 def compare_settings(stored_text: str, config) -> tuple[list[str], list[str], bool]:
@@ -38,7 +43,9 @@ def compare_settings(stored_text: str, config) -> tuple[list[str], list[str], bo
     stored = json.loads(stored_text)
   except ValueError:
     return [], [], False
+  stored = config_fields.upgrade(stored)  # An older layout's fields in today's; a newer: refused.
   ours = json.loads(hparams_json(config))
+  del ours[config_fields.VERSION_KEY]
   defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(config)
                                     if f.default is not dataclasses.MISSING}, default=str))
   missing = sorted(k for k in ours if k not in stored and ours[k] != defaults.get(k, object()))

@@ -24,11 +24,11 @@ runtime.install()  # Before TFF is imported: no orphan worker on any exit path.
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tff_ssl import benchmark, data  # noqa: E402
+from tff_ssl import data  # noqa: E402
+from tff_ssl.benchmarks import common as bench  # noqa: E402
 from tff_ssl.federated import common  # noqa: E402
 from tff_ssl.methods import dcco  # noqa: E402
 from tff_ssl.federated.functional import FunctionalModel  # noqa: E402
-from tff_ssl.federated.grouping import Simulation  # noqa: E402
 
 
 def centralized_steps(model, scenario, images, ids):
@@ -43,7 +43,7 @@ def centralized_steps(model, scenario, images, ids):
   def step_of(fn):
     @tf.function
     def step(weights, x, i, seed):
-      v1, v2 = common.views({"images": x, "ids": i}, seed, benchmark.AUGMENT)
+      v1, v2 = common.views({"images": x, "ids": i}, seed, bench.AUGMENT)
       return fn(list(weights), v1, v2)
     return step
 
@@ -53,29 +53,29 @@ def centralized_steps(model, scenario, images, ids):
   for name, fn in (("plain", update),
                    ("xla", tf.function(update, jit_compile=True, autograph=False))):
     step = step_of(fn)
-    out[name] = (benchmark.best_of(lambda step=step: step(weights, images, ids, seed)[1].numpy(),
-                                   warmup=2, repeats=5),
+    out[name] = (bench.best_of(lambda step=step: step(weights, images, ids, seed)[1].numpy(),
+                               warmup=2, repeats=5),
                  float(step(weights, images, ids, seed)[1]))
   return out
 
 
 def xla_process(model, image_shape, scenario):
   """A grouped DCCO process whose two client phases are XLA-compiled `tf.function`s."""
-  original_training, original_encode = dcco._local_training, common.encode_views  # pylint: disable=protected-access
-  dcco._local_training = tf.function(original_training, jit_compile=True, autograph=False)  # pylint: disable=protected-access
+  original_training, original_encode = dcco.local_training, common.encode_views
+  dcco.local_training = tf.function(original_training, jit_compile=True, autograph=False)
   common.encode_views = tf.function(original_encode, jit_compile=True, autograph=False)
   try:
-    return benchmark._process(scenario, model, image_shape, Simulation())  # pylint: disable=protected-access
+    return bench.build_process(scenario, model, image_shape)
   finally:
-    dcco._local_training, common.encode_views = original_training, original_encode  # pylint: disable=protected-access
+    dcco.local_training, common.encode_views = original_training, original_encode
 
 
 def main() -> int:
   train = data.load("fashion_mnist", "train")
-  scenario = benchmark.SCENARIOS["dcco_512x1"]
+  scenario = bench.SCENARIOS["dcco_512x1"]
   tf.keras.utils.set_random_seed(0)
-  model = FunctionalModel(benchmark.demo_model(train.image_shape))
-  clients = benchmark._round_clients(train.images, scenario, 0)  # pylint: disable=protected-access
+  model = FunctionalModel(bench.demo_model(train.image_shape))
+  clients = bench.round_clients(train.images, scenario, 0)
   images = np.concatenate([c["images"] for c in clients])
   ids = np.concatenate([c["ids"] for c in clients])
 
@@ -86,7 +86,7 @@ def main() -> int:
 
   updates = {}
   for name in ("plain", "xla"):
-    process = (benchmark._process(scenario, model, train.image_shape, Simulation())  # pylint: disable=protected-access
+    process = (bench.build_process(scenario, model, train.image_shape)
                if name == "plain" else xla_process(model, train.image_shape, scenario))
     updates[name] = process.compute_update(process.initialize(), clients)
   diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))

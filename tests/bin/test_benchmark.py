@@ -97,11 +97,11 @@ def test_workers_benchmark_rejects_a_worker_that_does_not_answer(tmp_path):
 def test_mini_model_is_the_mini_dcco_tables_model():
   """`--model=mini` times the DCCO mini table's own model: same tensors, same shapes."""
   import tasks  # pylint: disable=import-outside-toplevel
-  from tff_ssl import benchmark  # pylint: disable=import-outside-toplevel
+  from tff_ssl.benchmarks import common  # pylint: disable=import-outside-toplevel
   from tff_ssl.federated.ssl_model import ssl_model_builder  # pylint: disable=import-outside-toplevel
   table = tasks.get_table("dcco_table1", "mini")
   config = table.cell_config(table.row("dcco"), table.column("noniid_1"))
   want = ssl_model_builder(config, (28, 28, 1))()
-  got = benchmark.MODELS["mini"]((28, 28, 1))()
+  got = common.MODELS["mini"]((28, 28, 1))()
   assert [tuple(w.shape) for w in got.weights] == [tuple(w.shape) for w in want.weights]
-  assert benchmark.SCENARIOS["dcco_128x1"].clients == config.clients_per_round
+  assert common.SCENARIOS["dcco_128x1"].clients == config.clients_per_round

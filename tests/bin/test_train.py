@@ -50,12 +50,12 @@ THROUGH_THE_BINARY = {"--method=byol", "--task=synthetic_smoke --batch_size=5000
 
 @pytest.mark.parametrize("args,message", [
     (["--method=byol"], "flag --method=byol: value should be one of"),
-    (["--steps=0"], "flag --steps=0"),
+    (["--steps=0"], "steps must be >= 1; got 0"),
     (["--task=synthetic_smoke", "--temperature=0.5"],
      "--temperature is not used by method 'centralized' with --ssl=cco; remove it (it is read by "
      "['--ssl=simclr', '--ssl=moco', '--ssl=mocov3'])"),
     (["--task=synthetic_smoke", "--ssl=byol", "--predictor=16,31"],
-     "predictor sizes must be positive and end at the projector's output 32; got [16, 31]"),
+     "predictor sizes must end at the projector's output 32; got [16, 31]"),
     (["--task=synthetic_smoke", "--dataset=cifar10", "--data_dir={tmp}/no_tfds"],
      "tfds dataset 'cifar10' is not prepared"),
     (["--task=synthetic_smoke", "--batch_size=5000"], "batch_size 5000 exceeds the 2000"),

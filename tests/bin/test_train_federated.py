@@ -190,7 +190,7 @@ BAD_FEDERATED_INPUT = [
     (["--method=fedavg", "--ssl=simclr", "--samples_per_client=4", "--predictor=8,32"],
      "--predictor is not used by method 'fedavg' with --ssl=simclr"),
     (["--method=fedavg", "--ssl=byol", "--samples_per_client=4", "--predictor=8,5"],
-     "predictor sizes must be positive and end at the projector's output 32"),
+     "predictor sizes must end at the projector's output 32"),
     (["--classes_per_client=3"], "--classes_per_client is not used by partition 'dirichlet'"),
     (["--method=fedavg", "--ssl=simclr", "--partition=classes", "--alpha=0.5",
       "--samples_per_client=4"], "--alpha is not used by partition 'classes'"),

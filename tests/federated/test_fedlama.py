@@ -41,7 +41,7 @@ def test_relaxed_layers_by_hand():
 def test_bad_settings_name_the_value():
   with pytest.raises(ValueError, match="fedlama_phi must be >= 1"):
     ExperimentConfig(method="fedlama", ssl="simclr", fedlama_phi=0)
-  with pytest.raises(ValueError, match="fedlama_interval must be >= 1 round; got 0"):
+  with pytest.raises(ValueError, match="fedlama_interval must be >= 1; got 0"):
     ExperimentConfig(method="fedlama", ssl="simclr", fedlama_interval=0)
   with pytest.raises(ValueError, match="--aggregator is not used by method 'fedlama'"):
     ExperimentConfig(method="fedlama", ssl="simclr").check_fields_for_method({"aggregator"})

@@ -128,7 +128,7 @@ def test_fedu_without_a_predictor_keeps_its_projector():
 def test_bad_stateful_settings_name_the_value():
   with pytest.raises(ValueError, match="fedema_tau must be in"):
     fedssl.StatefulConfig(online_update="ema", ema_tau=1.5)
-  with pytest.raises(ValueError, match="unknown divergence 'l1'"):
+  with pytest.raises(ValueError, match="unknown divergence_measure 'l1'"):
     fedssl.StatefulConfig(divergence="l1")
 
 

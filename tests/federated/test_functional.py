@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tff_ssl import models
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.federated.lars import LARSOptimizer
+from tff_ssl.optim.tff_lars import LARSOptimizer
 from tff_ssl.optim.lars import LARS
 
 TOKENS, DIM = 4, 8

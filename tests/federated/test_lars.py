@@ -4,7 +4,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl.federated.lars import LARSOptimizer
+from tff_ssl.optim.tff_lars import LARSOptimizer
 
 
 def test_hand_computed_step_adapts_kernels_not_biases():

@@ -12,7 +12,8 @@ import pytest
 import tasks
 from tasks import lwfedssl_table
 from tests.tables import gates
-from tff_ssl import benchmark, experiment, reproduce
+from tff_ssl import experiment, reproduce
+from tff_ssl.benchmarks import layerwise_cost
 from tff_ssl import runner
 from tff_ssl.methods import layerwise
 from tests.tables import paper_smoke
@@ -156,7 +157,8 @@ def test_the_cost_appendix_measures_the_tables_own_rows(tmp_path):
   assert len(rows) == 6 and all(int(r["step_peak_bytes"]) > 0 for r in rows)
   by = {(r["method"], r["stage"]): r for r in rows}
   assert int(by[("LW-FedSSL", "2")]["upload_bytes"]) == int(by[("FedMoCo-LW", "2")]["upload_bytes"])
-  assert benchmark.read_rows(os.path.join(out, "cost_rows.json")) == benchmark.table_rows(table)
+  assert (layerwise_cost.read_rows(os.path.join(out, "cost_rows.json"))
+          == layerwise_cost.table_rows(table))
   os.remove(os.path.join(out, "cost.csv"))
   assert table.appendix(table, out) == md  # Read back, not measured again.
   assert not os.path.exists(os.path.join(out, "cost.csv"))

@@ -17,13 +17,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from tff_ssl.aggregators.base import (GRANULARITIES, WEIGHTINGS, ClientInfo, Contribution,
-                                      ModelLayout, StrategyFactory, client_info_type)
+from tff_ssl.aggregators.base import (FEDAVG_WARMUP_ROUNDS, GRANULARITIES, GRANULARITY,
+                                      MEASURE_DIVERGENCE, SCALE_NORMALIZATION, WEIGHTINGS,
+                                      ClientInfo, Contribution, ModelLayout, StrategyFactory,
+                                      client_info_type)
 from tff_ssl.aggregators.fedavg import FedAvgFactory
 from tff_ssl.aggregators.ldawa import LDAWAFactory
 from tff_ssl.aggregators.loss import LossFactory
 from tff_ssl.aggregators.mdawa import MDAWAFactory
 from tff_ssl.aggregators.uniform import UniformFactory
+from tff_ssl.config_fields import Field
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,13 +47,9 @@ class AggregatorConfig:
   measure_divergence: bool = False
 
   def __post_init__(self):
-    if self.name not in AGGREGATORS:
-      raise ValueError(f"unknown aggregator {self.name!r}; choose one of {sorted(AGGREGATORS)}")
-    if self.granularity not in GRANULARITIES:
-      raise ValueError(f"unknown granularity {self.granularity!r}; choose one of "
-                       f"{list(GRANULARITIES)}")
-    if self.fedavg_warmup_rounds < 0:
-      raise ValueError(f"fedavg_warmup_rounds must be >= 0; got {self.fedavg_warmup_rounds}")
+    AGGREGATOR.check(self.name)
+    GRANULARITY.check(self.granularity)
+    FEDAVG_WARMUP_ROUNDS.check(self.fedavg_warmup_rounds)
 
   def check_options(self) -> None:
     """Raises ValueError if an option is set that this strategy does not read."""
@@ -91,3 +90,8 @@ AGGREGATORS: dict[str, Callable[[AggregatorConfig, ModelLayout], StrategyFactory
 # Options each strategy reads (any other non-default option is an error for it).
 DIVERGENCE_AWARE = ("mdawa", "ldawa", "ldawa_fedavg", "ldawa_loss")
 LAYERWISE = ("ldawa", "ldawa_fedavg", "ldawa_loss")
+
+AGGREGATOR = Field("aggregator", "fedavg", "FedAvg-style: the aggregation strategy "
+                   "(tff_ssl.aggregators).", choices=lambda: AGGREGATORS)
+# The config fields of the strategies (read by the FedAvg-style methods).
+FIELDS = (AGGREGATOR, GRANULARITY, SCALE_NORMALIZATION, FEDAVG_WARMUP_ROUNDS, MEASURE_DIVERGENCE)

@@ -49,6 +49,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl.aggregators import divergence
+from tff_ssl.config_fields import Field
 
 WEIGHTINGS = ("examples", "uniform", "loss")
 
@@ -430,8 +431,7 @@ class ModelLayout:
   def from_model(cls, model, granularity: str = "layer", mask=None) -> "ModelLayout":
     """The layout of a `FunctionalModel`: per Keras layer ("layer") or per tensor ("tensor"), of the
     tensors a `TensorMask` selects (default all: the tensors a process exchanges)."""
-    if granularity not in GRANULARITIES:
-      raise ValueError(f"unknown granularity {granularity!r}; choose one of {list(GRANULARITIES)}")
+    GRANULARITY.check(granularity)
     groups = list(model.layer_names if granularity == "layer" else model.names)
     normalization = list(model.normalization)
     if mask is not None:
@@ -455,3 +455,13 @@ class ModelLayout:
 
 
 GRANULARITIES = ("layer", "tensor")
+
+# The strategies' options as config fields (their one check; `AggregatorConfig` reads them).
+GRANULARITY = Field("aggregator_granularity", "layer", "L-DAWA family: one angle per Keras layer, "
+                    "or per weight tensor.", choices=GRANULARITIES)
+SCALE_NORMALIZATION = Field("scale_normalization", False, "L-DAWA family: scale GroupNorm tensors "
+                            "by their angle too (the authors' code; the paper: no).")
+FEDAVG_WARMUP_ROUNDS = Field("fedavg_warmup_rounds", 0, "DAWA family: aggregate the first rounds "
+                             "with plain FedAvg (the authors' code).", lower=0)
+MEASURE_DIVERGENCE = Field("measure_divergence", False, "fedavg/uniform/loss: also report the mean "
+                           "cosine between client and global models (aggregation.csv).")

@@ -37,7 +37,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl.aggregators import divergence
-from tff_ssl.aggregators.base import (ClientInfo, ModelLayout, StrategyFactory, base_log_weight,
+from tff_ssl.aggregators.base import (FEDAVG_WARMUP_ROUNDS, ClientInfo, ModelLayout, StrategyFactory, base_log_weight,
                                       check_weighting)
 
 
@@ -60,8 +60,7 @@ class LDAWAFactory(StrategyFactory):
                inner: tff.aggregators.WeightedAggregationFactory | None = None):
     super().__init__(inner=inner)
     check_weighting(weighting)
-    if fedavg_warmup_rounds < 0:
-      raise ValueError(f"fedavg_warmup_rounds must be >= 0; got {fedavg_warmup_rounds}")
+    FEDAVG_WARMUP_ROUNDS.check(fedavg_warmup_rounds)
     self.layout = layout
     self.weighting = weighting
     self.scale_normalization = scale_normalization

@@ -7,14 +7,13 @@
     round_parts.py   a round's optional parts: client states, broadcast context, ids, reports
     client_state.py  per-client state between rounds, and its on-disk store
     grouping.py      the grouped simulation: many real clients per TFF client slot, exactly
-    common.py        client inputs and views, the server state, tensor masks, the local step, server
-                     optimizers and the server loop
+    common.py        client inputs and views, the server state, tensor masks, the local step, the
+                     server's optimizer step and the server loop (optimizers: `tff_ssl.optim`)
     functional.py    Keras models as pure functions of their weights
     ssl_model.py     the SSL model of a config (encoder + heads)
-    lars.py          the server's LARS optimizer
 """
 
 from tff_ssl.federated.client_work import ClientConfig, ClientTerm
-from tff_ssl.federated.common import SERVER_OPTIMIZERS, ServerState, client_inputs
+from tff_ssl.federated.common import ServerState, client_inputs
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext, FederatedProcess

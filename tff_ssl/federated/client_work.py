@@ -34,12 +34,21 @@ import tensorflow as tf
 
 from tff_ssl import losses
 from tff_ssl import ssl as ssl_lib
+from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.federated import common, grouping
+from tff_ssl.federated.ssl_model import HEAD_NORM
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.losses import moco
 
-DEFAULT_TARGET_DECAY = 0.99  # BYOL's target EMA within local training (FedEMA's setting).
+DEFAULT_TARGET_DECAY = ssl_lib.DEFAULT_TARGET_DECAY
+
+# The fields of a client's batches and decay (their one check; `common` has the local training's).
+LOCAL_BATCH_SIZE = Field("local_batch_size", 0, "FedAvg-style: client batch size (0: the client's "
+                         "whole data as one batch; 1 is refused: the SSL losses compare images "
+                         "within a batch).", lower=0)
+CLIENT_WEIGHT_DECAY = Field("client_weight_decay", 0.0, "FedAvg-style: client weight decay (L2 on "
+                            "the gradients with sgd/sgdm, decoupled with adamw).", lower=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,19 +156,14 @@ class ClientConfig:
 
   def __post_init__(self):
     ssl_lib.get(self.ssl)
-    if self.head_norm not in ("group", "batch"):
-      raise ValueError(f"head_norm must be 'group' or 'batch'; got {self.head_norm!r}")
+    ssl_lib.check_hparams(self)
+    HEAD_NORM.check(self.head_norm)
     common.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
-    if self.local_batch_size < 0 or self.local_batch_size == 1:
-      raise ValueError(f"local_batch_size must be 0 (full batch) or >= 2; got "
-                       f"{self.local_batch_size}")
-    if self.client_weight_decay < 0:
-      raise ValueError(f"client_weight_decay must be >= 0; got {self.client_weight_decay}")
-    if not 0 <= self.target_decay < 1:
-      raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
-    if self.moco_queue < 1:
-      raise ValueError(f"moco_queue must be >= 1; got {self.moco_queue}")
+    LOCAL_BATCH_SIZE.check(self.local_batch_size)
+    if self.local_batch_size == 1:
+      raise ValueError("local_batch_size must be 0 (full batch) or >= 2; got 1")
+    CLIENT_WEIGHT_DECAY.check(self.client_weight_decay)
     keys = [t.key for t in self.terms]
     if len(set(keys)) != len(keys) or not all(keys) or set(keys) & {"target", "queue"}:
       raise ValueError(f"client terms need distinct keys other than the SSL method's "

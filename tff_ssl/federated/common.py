@@ -20,9 +20,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_ssl import optim
+from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig, two_views
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.federated.lars import LARSOptimizer
 from tff_ssl.federated.process import GlobalModel
 from tff_ssl.models.layers import batch_segments
 
@@ -233,28 +234,30 @@ def round_seed(seed: int, round_num: int) -> np.ndarray:
   return np.array([seed, round_num], np.int64)
 
 
-CLIENT_OPTIMIZERS = ("sgd", "sgdm", "adamw")
+# The fields of the clients' local training every federated method reads (their one check).
+LOCAL_STEPS = Field("local_steps", 1, "Local steps per round (FedAvg-style methods: local epochs, "
+                    "one full-batch step each unless --local_batch_size).", lower=1)
+CLIENT_OPTIMIZER = Field("client_optimizer", "sgd", "Client optimizer (tff_ssl.optim): plain "
+                         "gradient descent (DCCO's), with momentum 0.9, or AdamW (LW-FedSSL's).",
+                         choices=lambda: optim.names("client"))
+CLIENT_LEARNING_RATE = Field("client_learning_rate", 1.0, "Client learning rate.", lower=0,
+                             open_lower=True)
 
 
 def client_optimizer(name: str, learning_rate: float,
                      weight_decay: float = 0.0) -> tff.learning.optimizers.Optimizer:
-  """The clients' local optimizer, restarted every round: plain gradient descent ("sgd", the
-  papers' choice, and what DCCO's equivalence needs), SGD with momentum 0.9 ("sgdm"), or AdamW
-  ("adamw", LW-FedSSL's: TFF's, with `weight_decay` decoupled, w -= lr * (Adam's step + wd * w)).
-  The SGD optimizers take weight decay as coupled L2 in `client_step` (`coupled_weight_decay`)."""
-  if name not in CLIENT_OPTIMIZERS:
-    raise ValueError(f"unknown client optimizer {name!r}; choose one of {list(CLIENT_OPTIMIZERS)}")
-  if name == "adamw":
-    return tff.learning.optimizers.build_adamw(learning_rate=learning_rate,
-                                               weight_decay=weight_decay)
-  return tff.learning.optimizers.build_sgdm(learning_rate=learning_rate,
-                                            momentum=0.9 if name == "sgdm" else None)
+  """The clients' local optimizer (`tff_ssl.optim`, role "client"), restarted every round: plain
+  gradient descent ("sgd", the papers' choice, and what DCCO's equivalence needs), SGD with
+  momentum 0.9 ("sgdm"), or AdamW ("adamw", LW-FedSSL's: TFF's, with `weight_decay` decoupled,
+  w -= lr * (Adam's step + wd * w)). The SGD optimizers take weight decay as coupled L2 in
+  `client_step` (`coupled_weight_decay`)."""
+  return optim.make_tff_optimizer(name, "client", learning_rate, weight_decay=weight_decay)
 
 
 def coupled_weight_decay(name: str, weight_decay: float) -> float:
   """The L2 term `client_step` adds to the gradients: the weight decay of the SGD optimizers;
   AdamW's is decoupled, inside the optimizer."""
-  return 0.0 if name == "adamw" else weight_decay
+  return 0.0 if optim.get(name, "client").decoupled_weight_decay else weight_decay
 
 
 def client_step(optimizer: tff.learning.optimizers.Optimizer, opt_state, trained: list, loss_of,
@@ -304,28 +307,21 @@ def local_training(weights, steps: int, optimizer: str, learning_rate: float, lo
 
 
 def check_client_training(local_steps: int, optimizer: str, learning_rate: float) -> None:
-  """Validates the client-side training settings every process shares."""
-  if local_steps < 1:
-    raise ValueError(f"local_steps must be >= 1; got {local_steps}")
-  if optimizer not in CLIENT_OPTIMIZERS:
-    raise ValueError(f"unknown client_optimizer {optimizer!r}; choose one of "
-                     f"{list(CLIENT_OPTIMIZERS)}")
-  if not learning_rate > 0:
-    raise ValueError(f"client_learning_rate must be > 0; got {learning_rate}")
+  """Validates the client-side training settings every process shares (their fields' checks)."""
+  LOCAL_STEPS.check(local_steps)
+  CLIENT_OPTIMIZER.check(optimizer)
+  CLIENT_LEARNING_RATE.check(learning_rate)
 
 
-# name -> (learning rate, the weights' names) -> server optimizer. LARS needs the names: which
-# tensors it adapts follows `tff_ssl.optim.lars.adapts`, the rule the Keras LARS uses too.
-SERVER_OPTIMIZERS: dict[str, Callable[[float, Sequence[str]], tff.learning.optimizers.Optimizer]] = {
-    "sgd": lambda lr, names: tff.learning.optimizers.build_sgdm(learning_rate=lr),
-    "sgdm": lambda lr, names: tff.learning.optimizers.build_sgdm(learning_rate=lr, momentum=0.9),
-    "adam": lambda lr, names: tff.learning.optimizers.build_adam(learning_rate=lr),
-    "lars": lambda lr, names: LARSOptimizer(lr, names=names),
-}
-# Optimizers whose update of an entry depends only on that entry's weight, gradient and state: the
-# server steps them on the trained tensors as one flat vector (`Elementwise`).
-ELEMENTWISE_SERVER_OPTIMIZERS = ("sgd", "sgdm", "adam")
+# The server's step every federated method takes, and its fields (their one check).
 SERVER_LR_SCHEDULES = ("cosine", "constant")
+SERVER_OPTIMIZER = Field("server_optimizer", "adam", "Server optimizer (tff_ssl.optim).",
+                         choices=lambda: optim.names("server"))
+SERVER_LEARNING_RATE = Field("server_learning_rate", 2e-3, "Initial server learning rate.",
+                             lower=0, open_lower=True)
+SERVER_LR_SCHEDULE = Field("server_lr_schedule", "cosine", "Server learning rate: cosine decay "
+                           "to 0 over the rounds (DCCO's), or constant (FedAvg's server step of 1).",
+                           choices=SERVER_LR_SCHEDULES)
 
 
 class Elementwise(tff.learning.optimizers.Optimizer):
@@ -354,37 +350,22 @@ class Elementwise(tff.learning.optimizers.Optimizer):
 
 def server_optimizer(name: str, learning_rate: float, rounds: int, schedule: str,
                      names: Sequence[str]) -> tff.learning.optimizers.Optimizer:
-  """Server optimizer `name` over tensors `names`, its learning rate cosine-decayed to 0 over
-  `rounds` rounds or constant."""
-  if name not in SERVER_OPTIMIZERS:
-    raise ValueError(f"unknown server optimizer {name!r}; choose one of {sorted(SERVER_OPTIMIZERS)}")
-  if schedule not in SERVER_LR_SCHEDULES:
-    raise ValueError(f"unknown server_lr_schedule {schedule!r}; choose one of "
-                     f"{list(SERVER_LR_SCHEDULES)}")
-  optimizer = SERVER_OPTIMIZERS[name](learning_rate, list(names))
+  """Server optimizer `name` (`tff_ssl.optim`, role "server") over tensors `names`, its learning
+  rate cosine-decayed to 0 over `rounds` rounds or constant."""
+  entry = optim.get(name, "server")
+  SERVER_LR_SCHEDULE.check(schedule)
+  optimizer = entry.tff(learning_rate, list(names), 0.0)
   if schedule != "constant":
     optimizer = tff.learning.optimizers.schedule_learning_rate(
         optimizer,
         lambda r: learning_rate * 0.5 * (1.0 + tf.cos(np.pi * tf.cast(r, tf.float32) / rounds)))
-  return Elementwise(optimizer) if name in ELEMENTWISE_SERVER_OPTIMIZERS else optimizer
+  return Elementwise(optimizer) if entry.elementwise else optimizer
 
 
 def server_optimizer_for(config, names: Sequence[str]) -> tff.learning.optimizers.Optimizer:
   """The server optimizer an `ExperimentConfig` asks for, over the tensors `names`."""
   return server_optimizer(config.server_optimizer, config.server_learning_rate, config.rounds,
                           config.server_lr_schedule, names)
-
-
-def check_server(config) -> None:
-  """Validates an `ExperimentConfig`'s server-side fields (every federated method's)."""
-  if config.server_optimizer not in SERVER_OPTIMIZERS:
-    raise ValueError(f"unknown server_optimizer {config.server_optimizer!r}; choose one of "
-                     f"{sorted(SERVER_OPTIMIZERS)}")
-  if config.server_lr_schedule not in SERVER_LR_SCHEDULES:
-    raise ValueError(f"unknown server_lr_schedule {config.server_lr_schedule!r}; choose one of "
-                     f"{list(SERVER_LR_SCHEDULES)}")
-  if not config.server_learning_rate > 0:
-    raise ValueError(f"server_learning_rate must be > 0; got {config.server_learning_rate}")
 
 
 def _server_step(server_optimizer, weights, state, delta):

@@ -53,9 +53,15 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state
 
 MODES = ("grouped", "reference")
+SIMULATION = Field("simulation", "grouped", "grouped (default): real clients packed into TFF client "
+                   "slots, exact and fast; reference: one real client per TFF client slot.",
+                   choices=MODES)
+GROUP_SIZE = Field("group_size", 0, "Real clients per TFF client slot in grouped mode (0: the whole "
+                   "round in one slot).", lower=0, note="0: one slot per round")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,10 +79,8 @@ class Simulation:
   batch_one_step: bool = True
 
   def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"unknown simulation mode {self.mode!r}; choose one of {list(MODES)}")
-    if self.group_size < 0:
-      raise ValueError(f"group_size must be >= 0 (0: one slot per round); got {self.group_size}")
+    SIMULATION.check(self.mode)
+    GROUP_SIZE.check(self.group_size)
 
   @property
   def grouped(self) -> bool:

@@ -5,9 +5,15 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tff_ssl import models
+from tff_ssl.config_fields import Field
 from tff_ssl import ssl as ssl_lib
 
 ENCODER_NAME = "encoder"  # The Keras name of the SSL model's encoder (`keras_encoder` finds it).
+
+HEAD_NORM = Field("head_norm", "group", "The SSL heads' normalization: group (GroupNorm, per "
+                  "image) or batch (statistics of each client's own batch, per view: the SSL "
+                  "method's published heads; needs >= 2 images a client, not DCCO).",
+                  choices=("group", "batch"))
 
 
 def head_options(config) -> tuple[dict, dict]:

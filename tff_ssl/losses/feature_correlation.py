@@ -34,6 +34,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
+
 NORMS = ("fro", "fro_squared")
 SELECTIONS = ("trace", "all")
 
@@ -66,8 +68,7 @@ def _safe_sqrt(x: tf.Tensor) -> tf.Tensor:
 def reconstruction_error(z: tf.Tensor, r: tf.Tensor, norm: str = "fro") -> tf.Tensor:
   """l_A(Z, R) = ||Z - Q* R|| (Eq. 7) for each R of `r` ([..., n, n]); Q* held fixed (see the module
   docstring), so the gradient is exact."""
-  if norm not in NORMS:
-    raise ValueError(f"unknown FedFoA norm {norm!r}; choose one of {list(NORMS)}")
+  NORM.check(norm)
   q = tf.stop_gradient(procrustes(tf.stop_gradient(z), r))
   squared = tf.reduce_sum(tf.square(z - tf.linalg.matmul(q, r)), axis=[-2, -1])
   return squared if norm == "fro_squared" else _safe_sqrt(squared)
@@ -76,8 +77,7 @@ def reconstruction_error(z: tf.Tensor, r: tf.Tensor, norm: str = "fro") -> tf.Te
 def partners(own_r: tf.Tensor, bank: tf.Tensor, valid: tf.Tensor, select: str = "trace") -> tf.Tensor:
   """Which bank entries (bank: [K, n, n]; valid: [K] bool) a client with current R `own_r` aligns to:
   valid ones, and with `select="trace"` only those of larger trace (Algorithm 1, line 19)."""
-  if select not in SELECTIONS:
-    raise ValueError(f"unknown FedFoA partner selection {select!r}; choose one of {list(SELECTIONS)}")
+  SELECT.check(select)
   if select == "all":
     return valid
   return tf.logical_and(valid, tf.linalg.trace(bank) > tf.linalg.trace(own_r))
@@ -93,6 +93,19 @@ def alignment_loss(z: tf.Tensor, bank: tf.Tensor, valid: tf.Tensor, norm: str = 
 
 
 BANKS = ("clients", "merged")
+
+# FedFoA's settings as config fields (`tff_ssl.methods.fedfoa` lists them; their one check).
+LAMBDA = Field("fedfoa_lambda", 0.01, "FedFoA: the weight lambda of the alignment term.", lower=0,
+               open_lower=True)
+WARMUP = Field("fedfoa_warmup", 5, "FedFoA: rounds before the term starts.", lower=0)
+NORM = Field("fedfoa_norm", "fro", "FedFoA: ||Z - Q* R_j|| as the Frobenius norm (fro) or its "
+             "square.", choices=NORMS)
+SELECT = Field("fedfoa_select", "trace", "FedFoA: align to the bank's entries with a larger trace "
+               "than the client's R (the paper's Algorithm 1) or to all.", choices=SELECTIONS)
+BANK = Field("fedfoa_bank", "clients", "FedFoA: the server's bank holds each client's newest R "
+             "(clients) or one mean R (merged).", choices=BANKS)
+BANK_SIZE = Field("fedfoa_bank_size", 0, "FedFoA: entries of the clients bank (0: the clients per "
+                  "round).", lower=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,17 +131,12 @@ class FeatureCorrelationConfig:
   bank_size: int = 10
 
   def __post_init__(self):
-    if not self.weight > 0:
-      raise ValueError(f"fedfoa_lambda must be > 0; got {self.weight}")
-    if self.warmup < 0:
-      raise ValueError(f"fedfoa_warmup must be >= 0 rounds; got {self.warmup}")
-    if self.norm not in NORMS:
-      raise ValueError(f"unknown fedfoa_norm {self.norm!r}; choose one of {list(NORMS)}")
-    if self.select not in SELECTIONS:
-      raise ValueError(f"unknown fedfoa_select {self.select!r}; choose one of {list(SELECTIONS)}")
-    if self.bank not in BANKS:
-      raise ValueError(f"unknown fedfoa_bank {self.bank!r}; choose one of {list(BANKS)}")
-    if self.bank_size < 1:
+    LAMBDA.check(self.weight)
+    WARMUP.check(self.warmup)
+    NORM.check(self.norm)
+    SELECT.check(self.select)
+    BANK.check(self.bank)
+    if self.bank_size < 1:  # Resolved: the config's 0 is the clients per round.
       raise ValueError(f"fedfoa_bank_size must be >= 1; got {self.bank_size}")
 
   @property

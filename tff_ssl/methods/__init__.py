@@ -26,6 +26,8 @@ Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).feder
 
 from __future__ import annotations
 
+import dataclasses
+
 from tff_ssl.methods import (dcco, fedavg, fedbyol, fedema, fedlama, fedmoco, fedmoco_lw, fedprox,
                              fedu, fll_dd, heterogeneous, lw_fedssl, prog_fedssl)
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
@@ -63,7 +65,15 @@ def get(name: str) -> Method:
 
 
 def register(method: Method) -> None:
-  """Adds `method` to the registry (a method defined outside the package, e.g. in a test)."""
+  """Adds `method` to the registry (a method defined outside the package, e.g. in a test). It may
+  read any existing config field but declare no new one (the config is assembled at import)."""
   if method.name in METHODS:
     raise ValueError(f"a method named {method.name!r} is already registered")
+  from tff_ssl import experiment  # pylint: disable=import-outside-toplevel (it imports this module)
+  known = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
+  new = [f.name for f in method.declared if f.name not in known]
+  if new:
+    raise ValueError(f"method {method.name!r} declares config fields {new} that ExperimentConfig "
+                     f"(assembled when tff_ssl is imported) lacks; add its line to METHODS in "
+                     f"tff_ssl/methods/__init__.py instead of registering it at run time")
   METHODS[method.name] = method

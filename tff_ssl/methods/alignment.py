@@ -13,9 +13,12 @@ import dataclasses
 import tensorflow as tf
 
 from tff_ssl import losses
+from tff_ssl.config_fields import Field
 from tff_ssl.federated.client_work import ClientTerm
 
-FIELDS = ("alignment_weight",)
+WEIGHT = Field("alignment_weight", 0.01, "LW-FedSSL: the weight beta of the clients' "
+               "representation alignment.", lower=0, note="0: no representation alignment")
+FIELDS = (WEIGHT,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,16 +38,8 @@ class RepresentationAlignment(ClientTerm):
         step.outputs.h1, tf.stop_gradient(global_features), self.temperature), None
 
 
-def check(config) -> None:
-  """`alignment_weight` of an `ExperimentConfig` (ValueError naming the value otherwise)."""
-  if not config.alignment_weight >= 0:
-    raise ValueError(f"alignment_weight must be >= 0 (0: no representation alignment); got "
-                     f"{config.alignment_weight}")
-
-
 def terms(config) -> tuple[ClientTerm, ...]:
   """The alignment term of `config` (none at alignment_weight 0)."""
-  check(config)
   if not config.alignment_weight:
     return ()
   return (RepresentationAlignment(config.alignment_weight, config.temperature),)

@@ -61,8 +61,11 @@ def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingSta
   return losses.EncodingStatistics(*[k + tf.stop_gradient(a - k) for k, a in zip(local, aggregate)])
 
 
-def _local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate):
-  """A client's local steps against the round's aggregate statistics: (Delta_k, first-step loss)."""
+def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate):
+  """A client's local steps against the round's aggregate statistics: (Delta_k, first-step loss).
+
+  Phase 2 of a client's round, which the process's computations look up by name when they are
+  traced: `bin/benchmark --profile` times it on its own, `tools/xla_check.py` wraps it."""
 
   def loss_of(current, step):
     del step  # The same views at every step.
@@ -135,12 +138,12 @@ class DCCOProcess(common.ServerLoop):
       aggregate = _as_statistics(aggregate)
       if batched:
         v1, v2 = common.views(data, seed, cfg.augment)
-        delta, loss = _local_training(model, cfg, weights, v1, v2, aggregate)
+        delta, loss = local_training(model, cfg, weights, v1, v2, aggregate)
         return common.flatten(delta), common.num_examples(data), loss
 
       def one_client(images, ids, acc):
         v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
-        delta, loss = _local_training(model, cfg, weights, v1, v2, aggregate)
+        delta, loss = local_training(model, cfg, weights, v1, v2, aggregate)
         n = tf.cast(tf.shape(ids)[0], tf.float32)
         return ([s + n * u for s, u in zip(acc[0], delta)], acc[1] + n, acc[2] + n * loss)
 
@@ -216,7 +219,6 @@ class DCCOProcess(common.ServerLoop):
 
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
   """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
-  common.check_server(config)
   return (DCCOConfig(cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
                      client_learning_rate=config.client_learning_rate,
                      local_steps=config.local_steps, augment=config.augment_config(),

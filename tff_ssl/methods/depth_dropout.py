@@ -11,11 +11,14 @@ import dataclasses
 
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.models import vit
 
 KEY = 0xDD  # Folded into a local step's seed: its blocks' keep draws.
-FIELDS = ("depth_dropout",)
+RATE = Field("depth_dropout", 0.5, "FLL + DD: the probability that a frozen block is skipped at a "
+             "local step.", lower=0, upper=1, open_upper=True)
+FIELDS = (RATE,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +30,7 @@ class DepthDropout(ClientTerm):
   key = "depth_dropout"
 
   def __post_init__(self):
-    check_rate(self.rate)
+    RATE.check(self.rate)
     if self.droppable_blocks < 0:
       raise ValueError(f"droppable_blocks must be >= 0; got {self.droppable_blocks}")
 
@@ -35,17 +38,6 @@ class DepthDropout(ClientTerm):
     u = tf.random.stateless_uniform(
         [self.droppable_blocks], tf.random.experimental.stateless_fold_in(step_seed, KEY))
     return vit.block_keep(u >= self.rate)
-
-
-def check_rate(rate: float) -> None:
-  """The depth-dropout rate (`--depth_dropout`): ValueError naming the value unless in [0, 1)."""
-  if not 0 <= rate < 1:
-    raise ValueError(f"depth_dropout must be in [0, 1); got {rate}")
-
-
-def check(config) -> None:
-  """`depth_dropout` of an `ExperimentConfig`."""
-  check_rate(config.depth_dropout)
 
 
 def terms(rate: float, droppable_blocks: int) -> tuple[ClientTerm, ...]:

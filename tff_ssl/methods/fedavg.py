@@ -340,15 +340,13 @@ class FedAvgSSLProcess(common.ServerLoop):
 
 # Fields FedAvg-style methods read beyond every federated method's (DCCO's update aggregation is its
 # N_k-weighted mean, and its clients take full-batch steps).
-FIELDS = FEDERATED_FIELDS + ("aggregator", "aggregator_granularity", "scale_normalization",
-                             "fedavg_warmup_rounds", "measure_divergence", "local_batch_size",
-                             "client_weight_decay")
+FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + (client_work.LOCAL_BATCH_SIZE,
+                                                  client_work.CLIENT_WEIGHT_DECAY)
 
 
 def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
                                     grouping.Simulation]:
   """The FedAvg process's typed configs of an `ExperimentConfig` (building them validates them)."""
-  common.check_server(config)
   aggregator = aggregators.AggregatorConfig(
       name=config.aggregator, granularity=config.aggregator_granularity,
       scale_normalization=config.scale_normalization,

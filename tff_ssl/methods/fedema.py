@@ -12,4 +12,4 @@ METHOD = fedssl.method(
                                                    ema_tau=config.fedema_tau,
                                                    divergence=config.divergence_measure),
     "FedEMA: divergence-aware EMA of the global and the client's own online network.",
-    fields=("fedema_lambda", "fedema_tau", "divergence_measure"))
+    fields=(fedssl.FEDEMA_LAMBDA, fedssl.FEDEMA_TAU, fedssl.DIVERGENCE_MEASURE))

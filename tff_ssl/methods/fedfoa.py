@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.methods import fedavg
 from tff_ssl.federated.client_work import ClientConfig, ClientTerm
@@ -256,8 +257,10 @@ def feature_correlation_config(config) -> FeatureCorrelationConfig:
 
 
 # The fields of FedFoA's term, read by the methods it goes with.
-FIELDS = ("fedfoa", "fedfoa_lambda", "fedfoa_warmup", "fedfoa_norm", "fedfoa_select",
-          "fedfoa_bank", "fedfoa_bank_size")
+FEDFOA = Field("fedfoa", False, "FedBYOL/FedU/FedEMA and heterogeneous clients: add FedFoA's "
+               "feature-correlation alignment to the clients' loss (tff_ssl/methods/fedfoa.py).")
+FIELDS = (FEDFOA, feature_correlation.LAMBDA, feature_correlation.WARMUP, feature_correlation.NORM,
+          feature_correlation.SELECT, feature_correlation.BANK, feature_correlation.BANK_SIZE)
 
 
 def wrap(config, inner: client_state_lib.ClientState, client_config: ClientConfig):

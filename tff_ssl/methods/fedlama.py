@@ -47,6 +47,7 @@ from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import common
 from tff_ssl.methods import fedavg
 from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.config_fields import Field
 from tff_ssl.method import Method
 
 
@@ -59,11 +60,8 @@ class FedLAMAConfig:
   phi: int = 2
 
   def __post_init__(self):
-    if self.interval < 1:
-      raise ValueError(f"fedlama_interval must be >= 1 round; got {self.interval}")
-    if self.phi < 1:
-      raise ValueError(f"fedlama_phi must be >= 1 (1: every layer at the base interval); got "
-                       f"{self.phi}")
+    INTERVAL.check(self.interval)
+    PHI.check(self.phi)
 
   @property
   def period(self) -> int:
@@ -236,9 +234,13 @@ class FedLAMAProcess(fedavg.FedAvgSSLProcess):
     return new_state, metrics
 
 
-FIELDS = tuple(f for f in fedavg.FIELDS if f not in (
-    "aggregator", "aggregator_granularity", "scale_normalization", "fedavg_warmup_rounds",
-    "measure_divergence")) + ("fedlama_interval", "fedlama_phi")
+INTERVAL = Field("fedlama_interval", 1, "FedLAMA (L-DAWA's EUC): the base aggregation interval of "
+                 "every layer, in rounds.", lower=1)
+PHI = Field("fedlama_phi", 2, "FedLAMA: the relaxed layers' interval is phi times the base one; the "
+            "intervals are re-chosen every phi base intervals.", lower=1,
+            note="1: every layer at the base interval")
+# FedAvg's fields but its aggregation strategy's (FedLAMA aggregates in its own way), and its own.
+FIELDS = tuple(f for f in fedavg.FIELDS if f not in aggregators.FIELDS) + (INTERVAL, PHI)
 
 
 def lama_config(config) -> FedLAMAConfig:

@@ -24,9 +24,12 @@ from tff_ssl.federated import common
 from tff_ssl.methods import fedavg
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.federated.process import BuildContext
+from tff_ssl.config_fields import Field
 from tff_ssl.method import Method
 
-FIELDS = ("fedprox_mu",)
+MU = Field("fedprox_mu", 0.01, "FedProx: the weight mu of the clients' proximal term "
+           "(mu / 2) ||w - w_global||^2.", lower=0, note="0: FedAvg")
+FIELDS = (MU,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,12 +68,6 @@ class ProximalTerm(ClientTerm):
     return {"fedprox_distance": np.float32(np.mean(reports["distance"]))}
 
 
-def validate(config) -> None:
-  fedavg.process_config(config)
-  if not config.fedprox_mu >= 0:
-    raise ValueError(f"fedprox_mu must be >= 0 (0: FedAvg); got {config.fedprox_mu}")
-
-
 def build(config, model, image_shape, context: BuildContext = BuildContext()):
   del context  # The server trains on nothing of its own; one aggregation a round.
   client, aggregator, simulation = fedavg.process_config(config)
@@ -81,7 +78,7 @@ def build(config, model, image_shape, context: BuildContext = BuildContext()):
 
 METHOD = Method(
     name="fedprox", kind="federated", fields=fedavg.FIELDS + FIELDS, ssl=fedavg.METHOD.ssl,
-    validate=validate, build=build, min_samples=fedavg.METHOD.min_samples,
+    validate=fedavg.process_config, build=build, min_samples=fedavg.METHOD.min_samples,
     divergence_hint=fedavg.divergence_hint,
     summary="FedProx: FedAvg whose clients add (mu / 2) ||w - w_global||^2 to their SSL loss "
             "(--fedprox_mu); each reports its distance from the global model.")

@@ -45,6 +45,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import common
 from tff_ssl.methods import fedavg, fedfoa
@@ -52,6 +53,18 @@ from tff_ssl.method import Method
 
 ONLINE_UPDATES = ("global", "fedu", "ema")
 DIVERGENCES = ("paper", "code")
+
+# The framework's config fields (FedU reads the threshold, FedEMA the scaler's; both the divergence).
+FEDU_THRESHOLD = Field("fedu_threshold", 0.4, "FedU: take the global predictor only when the "
+                       "online encoder's divergence is below this (the public code's 0.4).",
+                       lower=0, open_lower=True)
+FEDEMA_LAMBDA = Field("fedema_lambda", 0.0, "FedEMA: constant scaler lambda (the paper's 0.8); "
+                      "0: the autoscaler with --fedema_tau.", lower=0, note="0: the autoscaler")
+FEDEMA_TAU = Field("fedema_tau", 0.7, "FedEMA autoscaler: the expected mu (paper 0.7, public code "
+                   "0.8).", lower=0, upper=1, open_lower=True)
+DIVERGENCE_MEASURE = Field("divergence_measure", "paper", "FedU/FedEMA: divergence ||W_g - W_k|| "
+                           "of the online encoder (paper) or the public code's mean over conv "
+                           "kernels of the client's last local change (code).", choices=DIVERGENCES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,14 +88,10 @@ class StatefulConfig:
     if self.online_update not in ONLINE_UPDATES:
       raise ValueError(f"unknown online update {self.online_update!r}; choose one of "
                        f"{list(ONLINE_UPDATES)}")
-    if self.divergence not in DIVERGENCES:
-      raise ValueError(f"unknown divergence {self.divergence!r}; choose one of {list(DIVERGENCES)}")
-    if not self.threshold > 0:
-      raise ValueError(f"fedu_threshold must be > 0; got {self.threshold}")
-    if not self.ema_lambda >= 0:
-      raise ValueError(f"fedema_lambda must be >= 0 (0: the autoscaler); got {self.ema_lambda}")
-    if not 0 < self.ema_tau <= 1:
-      raise ValueError(f"fedema_tau must be in (0, 1]; got {self.ema_tau}")
+    DIVERGENCE_MEASURE.check(self.divergence)
+    FEDU_THRESHOLD.check(self.threshold)
+    FEDEMA_LAMBDA.check(self.ema_lambda)
+    FEDEMA_TAU.check(self.ema_tau)
 
   @property
   def keeps_online(self) -> bool:
@@ -230,7 +239,7 @@ def build(config, model, image_shape, stateful: StatefulConfig):
       aggregator.build(model), simulation, client_state=state)
 
 
-def method(name: str, stateful_of, summary: str, fields: tuple[str, ...] = (),
+def method(name: str, stateful_of, summary: str, fields: tuple[Field, ...] = (),
            ssl: tuple[str, ...] = SSL) -> Method:
   """The registry entry of a method of this framework; `stateful_of(config)` gives its
   `StatefulConfig` (validated when the config is made)."""

@@ -11,4 +11,4 @@ METHOD = fedssl.method(
                                                  threshold=config.fedu_threshold,
                                                  divergence=config.divergence_measure),
     "FedU: FedBYOL with the divergence-aware predictor update.",
-    fields=("fedu_threshold", "divergence_measure"), ssl=("byol", "simclr", "cco"))
+    fields=(fedssl.FEDU_THRESHOLD, fedssl.DIVERGENCE_MEASURE), ssl=("byol", "simclr", "cco"))

@@ -44,6 +44,7 @@ from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
+from tff_ssl.config_fields import Field
 from tff_ssl.method import FEDERATED_FIELDS, Method
 
 INIT_KEY = 0x4E7  # Folded with the seed and an architecture's position: its initialization.
@@ -264,13 +265,19 @@ def build(config, model, image_shape, context=None) -> HeterogeneousProcess:
 def _validate(config):
   fedavg.process_config(config)
   fedfoa.validate(config)
+  if not config.architectures:
+    raise ValueError("architectures must name at least one encoder")
   if len(config.architectures) > config.num_clients:
     raise ValueError(f"{len(config.architectures)} architectures need at least as many clients; got "
                      f"num_clients={config.num_clients}")
 
 
+ARCHITECTURES = Field("architectures", ("resnet14", "resnet18", "vgg9", "alexnet"),
+                      "Heterogeneous clients: client c's encoder is the (c mod count)-th of these, "
+                      "e.g. resnet14,resnet18,vgg9,alexnet.", item=str,
+                      choices=lambda: models.ENCODERS)
 FIELDS = tuple(f for f in FEDERATED_FIELDS if not f.startswith("server_")) + (
-    "architectures", "local_batch_size", "client_weight_decay") + fedfoa.FIELDS
+    ARCHITECTURES, client_work.LOCAL_BATCH_SIZE, client_work.CLIENT_WEIGHT_DECAY) + fedfoa.FIELDS
 
 METHOD = Method(
     name="heterogeneous", kind="federated", fields=FIELDS, ssl=("byol", "simsiam", "simclr"),

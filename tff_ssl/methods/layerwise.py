@@ -47,6 +47,7 @@ from tff_ssl.federated.common import ServerState
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext, GlobalModel
 from tff_ssl.method import Method
+from tff_ssl.config_fields import Field
 
 SCHEDULES = ("layerwise", "progressive")
 CALIBRATION_KEY = 0xCA11B  # Folded into the round's seed: the calibration's views and shuffles.
@@ -224,12 +225,13 @@ class LayerwiseProcess(GlobalModel):
     return new_state, metrics
 
 
+AUXILIARY_FRACTION = Field("auxiliary_fraction", 0.1, "LW-FedSSL: the fraction of the training "
+                           "images the server holds out of the clients' data for its "
+                           "calibration.", lower=0, upper=1, open_lower=True, open_upper=True)
+
+
 def _validate(config) -> None:
   fedavg.process_config(config)
-  if not 0 < config.auxiliary_fraction < 1:
-    raise ValueError(f"auxiliary_fraction must be in (0, 1); got {config.auxiliary_fraction}")
-  alignment.check(config)
-  depth_dropout.check(config)
   if config.server_optimizer != "sgd" or config.server_lr_schedule != "constant":
     raise ValueError(f"layer-wise methods take the stage's aggregate as the new model: use "
                      f"--server_optimizer=sgd --server_lr_schedule=constant (got "
@@ -247,7 +249,7 @@ def method(name: str, layerwise: LayerwiseConfig, summary: str) -> Method:
                                               features=layerwise.alignment),
         context.auxiliary)
 
-  own = ((("auxiliary_fraction",) if layerwise.calibration else ()) +
+  own = (((AUXILIARY_FRACTION,) if layerwise.calibration else ()) +
          (alignment.FIELDS if layerwise.alignment else ()) +
          (depth_dropout.FIELDS if layerwise.depth_dropout else ()))
   return Method(name=name, kind="federated", fields=fedavg.FIELDS + own, ssl=fedavg.METHOD.ssl,

@@ -6,7 +6,7 @@
     w <- w - v                    (Nesterov: w <- w - (momentum * v + lr * trust * g))
 
 Which tensors are adapted is one rule, `adapts(name, shape)`, used by both the Keras optimizer here
-(variable names) and the server optimizer `tff_ssl.federated.lars.LARSOptimizer` (the full weight paths
+(variable names) and the server optimizer `tff_ssl.optim.tff_lars.LARSOptimizer` (the full weight paths
 of `FunctionalModel.names`): tensors of rank <= 1 (biases, normalization scales and offsets) and tensors
 whose name matches an excluded pattern take plain momentum steps without weight decay, as in SimCLR's,
 BYOL's and MoCo v3's LARS. A ViT's position embedding and class token (rank 3) are adapted, as in MoCo

@@ -11,11 +11,34 @@
 
 from __future__ import annotations
 
+from tff_ssl import losses
+from tff_ssl.config_fields import Field
 from tff_ssl.ssl import byol, cco, moco, mocov3, simclr, simsiam
 from tff_ssl.ssl.base import Outputs, SSLMethod
 
 SSL_METHODS: dict[str, SSLMethod] = {m.name: m for m in (
     cco.METHOD, simclr.METHOD, byol.METHOD, simsiam.METHOD, moco.METHOD, mocov3.METHOD)}
+
+
+DEFAULT_TARGET_DECAY = 0.99  # BYOL's target EMA within local training (FedEMA's setting).
+
+# The SSL methods' hyperparameters (`SSLMethod.hparams` names the ones each reads): declared and
+# checked here, for centralized pretraining and for federated clients alike.
+HPARAMS: dict[str, Field] = {f.name: f for f in (
+    Field("cco_lambda", losses.cco.DEFAULT_LAMBDA, "CCO off-diagonal weight (CCO methods only).",
+          lower=0),
+    Field("temperature", losses.ntxent.DEFAULT_TEMPERATURE, "Temperature of the contrastive "
+          "losses (SimCLR's NT-Xent, MoCo, MoCo v3).", lower=0, open_lower=True),
+    Field("target_decay", DEFAULT_TARGET_DECAY, "BYOL, MoCo: EMA decay of the target network over "
+          "local steps.", lower=0, upper=1, open_upper=True),
+    Field("moco_queue", losses.moco.DEFAULT_QUEUE, "MoCo: negative keys in the queue.", lower=1),
+)}
+
+
+def check_hparams(config) -> None:
+  """Checks `config`'s SSL hyperparameters (any object with the HPARAMS fields)."""
+  for name, spec in HPARAMS.items():
+    spec.check(getattr(config, name))
 
 
 def get(name: str) -> SSLMethod:

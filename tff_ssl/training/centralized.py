@@ -24,6 +24,7 @@ import tensorflow as tf
 from tff_ssl import losses as losses_lib
 from tff_ssl import optim
 from tff_ssl import ssl as ssl_lib
+from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig, two_views
 from tff_ssl.losses import moco as moco_loss
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
@@ -32,7 +33,16 @@ from tff_ssl.models.layers import batch_segments
 
 # SSL methods centralized pretraining trains with: all of them.
 CENTRALIZED_SSL = tuple(ssl_lib.SSL_METHODS)
-DEFAULT_TARGET_DECAY = 0.99
+DEFAULT_TARGET_DECAY = ssl_lib.DEFAULT_TARGET_DECAY
+
+# The fields centralized pretraining (and the supervised baseline) read: their one check.
+STEPS = Field("steps", 300, "Pretraining steps.", lower=1)
+BATCH_SIZE = Field("batch_size", 256, "Pretraining batch size (>= 2: the SSL losses compare images "
+                   "within a batch).", lower=2)
+OPTIMIZER = Field("optimizer", "adam", "Pretraining optimizer (tff_ssl.optim).",
+                  choices=lambda: optim.names("centralized"))
+LEARNING_RATE = Field("learning_rate", 2e-3, "Initial pretraining learning rate (cosine decay).",
+                      lower=0, open_lower=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,20 +62,12 @@ class PretrainConfig:
   seed: int = 0
 
   def __post_init__(self):
-    if self.steps < 1:
-      raise ValueError(f"steps must be >= 1; got {self.steps}")
-    if self.batch_size < 2:
-      raise ValueError(f"batch_size must be >= 2 for a within-batch SSL loss; got {self.batch_size}")
+    for spec in (STEPS, BATCH_SIZE, OPTIMIZER, LEARNING_RATE):
+      spec.check(getattr(self, spec.name))
     if self.ssl not in CENTRALIZED_SSL:
       raise ValueError(f"centralized pretraining trains with ssl in {list(CENTRALIZED_SSL)}; got "
                        f"{self.ssl!r}")
-    if not 0 <= self.target_decay < 1:
-      raise ValueError(f"target_decay must be in [0, 1); got {self.target_decay}")
-    if self.moco_queue < 1:
-      raise ValueError(f"moco_queue must be >= 1; got {self.moco_queue}")
-    if self.optimizer not in optim.OPTIMIZERS:
-      raise ValueError(f"unknown optimizer {self.optimizer!r}; choose one of "
-                       f"{sorted(optim.OPTIMIZERS)}")
+    ssl_lib.check_hparams(self)
 
   @property
   def method(self) -> ssl_lib.SSLMethod:

@@ -1,0 +1,175 @@
+"""What the benchmarks share: the round scenarios (`Scenario`, `SCENARIOS`) and how a scenario's
+process is built (through the method registry, `Scenario.config`), the models they time, and timing
+and memory helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tff_ssl import models, runner, runtime
+from tff_ssl import ssl as ssl_lib
+from tff_ssl.data import AugmentConfig
+from tff_ssl.experiment import ExperimentConfig
+from tff_ssl.federated import common
+from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.federated.functional import FunctionalModel
+
+AUGMENT = AugmentConfig.dcco_cifar(crop_scale=(0.2, 1.0))
+# The server's step in every scenario: plain SGD at a constant rate.
+SERVER_OPTIMIZER, SERVER_LEARNING_RATE = "sgd", 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+  """A round to time: `clients` clients of `samples_per_client` images each, trained by the
+  federated method `method` (a `tff_ssl.methods` name) with the client SSL loss `ssl`."""
+
+  name: str
+  method: str  # The federated method (`tff_ssl.methods`): "dcco" or "fedavg".
+  clients: int  # Clients per round.
+  samples_per_client: int
+  local_steps: int = 1
+  baseline: str = "centralized"  # or "sequential".
+  ssl: str = "cco"  # The clients' SSL method (tff_ssl.ssl): "cco" or "simclr".
+  client_learning_rate: float = 1.0  # DCCO's (the paper's plain gradient descent at 1.0).
+
+  def loss_fn(self) -> Callable:
+    """(z1, z2) -> the scenario's within-batch SSL loss at its default hyperparameters."""
+    method = ssl_lib.get(self.ssl)
+    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), ClientConfig())
+
+  def config(self, simulation: str = "grouped", group_size: int = 0) -> ExperimentConfig:
+    """The scenario's rounds as an `ExperimentConfig`: what its method's registry entry builds the
+    process from (`build_process`), in simulation mode `simulation` with `group_size` clients per
+    TFF client slot (0: the whole round in one)."""
+    return ExperimentConfig(
+        method=self.method, ssl=self.ssl, clients_per_round=self.clients,
+        samples_per_client=self.samples_per_client, local_steps=self.local_steps,
+        client_learning_rate=self.client_learning_rate, crop_min_scale=AUGMENT.crop_scale[0],
+        blur=AUGMENT.blur, server_optimizer=SERVER_OPTIMIZER,
+        server_learning_rate=SERVER_LEARNING_RATE, server_lr_schedule="constant",
+        simulation=simulation, group_size=group_size)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("dcco_512x1", "dcco", 512, 1),
+    Scenario("dcco_128x4", "dcco", 128, 4),
+    Scenario("fedavg_cco_128x4", "fedavg", 128, 4, client_learning_rate=0.1),
+    Scenario("fedavg_simclr_cross_silo_10x64_e5", "fedavg", 10, 64, local_steps=5,
+             baseline="sequential", ssl="simclr", client_learning_rate=0.1),
+    # The mini DCCO table's rounds (global batch 128; run them with --model=mini, its model): the
+    # small rounds where TFF's fixed cost per round weighs most.
+    Scenario("dcco_128x1", "dcco", 128, 1),
+    Scenario("fedavg_cco_32x4", "fedavg", 32, 4, client_learning_rate=0.1),
+]}
+# What `bin/benchmark` runs unless told (the mini-table scenarios are for --model=mini).
+DEFAULT_SCENARIOS = ("dcco_512x1", "dcco_128x4", "fedavg_cco_128x4",
+                     "fedavg_simclr_cross_silo_10x64_e5")
+
+
+def build_process(scenario: Scenario, model: FunctionalModel, image_shape,
+                  simulation: str = "grouped", group_size: int = 0):
+  """The scenario's TFF process over `model`, built by its method's registry entry as a run builds
+  it (`runner.build_process`: across workers, when the context has them, under TFF's mergeable
+  execution)."""
+  return runner.build_process(scenario.config(simulation, group_size), model, image_shape)
+
+
+def round_clients(images: np.ndarray, scenario: Scenario, r: int) -> list[dict]:
+  """Round r's clients: consecutive disjoint slices of the pool (wrapping around)."""
+  n = scenario.clients * scenario.samples_per_client
+  start = (r * n) % (len(images) - n + 1)
+  ids = np.arange(start, start + n)
+  return [common.client_inputs(images[ids[k::scenario.clients]], ids[k::scenario.clients])
+          for k in range(scenario.clients)]
+
+
+# -- models ---------------------------------------------------------------------------------------
+
+def demo_model(image_shape) -> Callable[[], tf.keras.Model]:
+  """The README demo's SSL model: ResNet-14 (CIFAR widths 16/32/64) + 512-512-512 projector."""
+  def build():
+    enc = models.build_encoder("resnet14", image_shape, width=1.0, small_input=True)
+    x = tf.keras.Input(image_shape)
+    return tf.keras.Model(x, models.build_mlp_head(enc.output_shape[-1], (512, 512, 512))(enc(x)))
+  return build
+
+
+def tiny_model(image_shape) -> Callable[[], tf.keras.Model]:
+  """A two-convolution model for smoke tests of the benchmark itself."""
+  def build():
+    x = tf.keras.Input(image_shape)
+    h = models.layers.WSConv2D(8, 3, strides=2, padding="same", use_bias=False)(x)
+    h = tf.keras.layers.ReLU()(models.layers.group_norm(8)(h))
+    h = tf.keras.layers.GlobalAveragePooling2D()(h)
+    return tf.keras.Model(x, models.build_mlp_head(8, (16, 16))(h))
+  return build
+
+
+def mini_model(image_shape) -> Callable[[], tf.keras.Model]:
+  """The mini tables' SSL model (the mini regime, docs/mini_regime.md, "Choosing the mini regime"): ResNet-14 with
+  a stride-2 stem and 2 x 2 grid pooling + the DCCO table's 512-512-512 projector."""
+  config = ExperimentConfig(encoder="resnet14", width=1.0, stem_stride=2, pool_grid=2)
+
+  def build():
+    enc = config.build_encoder(image_shape)
+    x = tf.keras.Input(image_shape)
+    return tf.keras.Model(x, models.build_mlp_head(enc.output_shape[-1], (512, 512, 512))(enc(x)))
+  return build
+
+
+MODELS = {"demo": demo_model, "mini": mini_model, "tiny": tiny_model}
+
+
+# -- timing and memory ----------------------------------------------------------------------------
+
+def median_time(fn: Callable[[int], None], warmup: int, rounds: int) -> float:
+  """The median time of `fn(r)` over r = warmup .. warmup + rounds - 1, after untimed calls of
+  r = 0 .. warmup - 1."""
+  for r in range(warmup):
+    fn(r)
+  times = []
+  for r in range(warmup, warmup + rounds):
+    start = time.perf_counter()
+    fn(r)
+    times.append(time.perf_counter() - start)
+  return statistics.median(times)
+
+
+def best_of(fn: Callable[[], object], *, warmup: int = 1, repeats: int = 3) -> float:
+  """The fastest of `repeats` timed calls of `fn`, after `warmup` untimed ones."""
+  for _ in range(warmup):
+    fn()
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return min(times)
+
+
+def ratio(a: float, b: float) -> float:
+  """a / b; NaN where b is 0."""
+  return a / b if b else float("nan")
+
+
+def peak_rss_mb() -> tuple[float, float]:
+  """(Peak resident memory of this process, of the TFF worker process), MB."""
+  python = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+  worker = 0.0
+  for proc in runtime.worker_processes():
+    try:
+      with open(f"/proc/{proc.pid}/status") as f:
+        for line in f:
+          if line.startswith("VmHWM:"):
+            worker = max(worker, int(line.split()[1]) / 1024)
+    except OSError:
+      pass
+  return python, worker
