@@ -71,14 +71,7 @@ SHARED_FIELDS = (
     Field("download", False, "Let tfds download a missing dataset (needs the internet)."),
     Field("encoder", "resnet14", "Encoder backbone.", choices=lambda: models.ENCODERS),
     _gt0("width", 1.0, "Encoder width multiplier."),
-    Field("stem_stride", 1, "ResNets: stride of the 3x3 stem on 28-32 px images (2: a quarter of "
-          "the compute).", choices=(1, 2)),
-    Field("pool_grid", 1, "ResNets: average-pool the last feature map over a g x g grid, D = g^2 x "
-          "channels (1: global average pooling).", lower=1, note="1: global average pooling"),
-    Field("depth", 0, "ViT encoders: the number of transformer blocks (0: the encoder's own, 12 "
-          "for vit_tiny, 6 for vit_mini).", lower=0, note="0: the encoder's own"),
-    Field("patch_size", 0, "ViT encoders: pixels per patch side; must divide the image size (0: "
-          "4).", lower=0, note="0: the encoder's own"),
+    models.resnet.STEM_STRIDE, models.resnet.POOL_GRID, models.vit.DEPTH, models.vit.PATCH_SIZE,
     Field("projector", (512, 512, 512), "Projector layer sizes, e.g. 1024,1024,1024.", item=int,
           lower=1),
     Field("predictor", (), "BYOL / SimSiam predictor layer sizes, ending at the projector's output "
@@ -91,17 +84,15 @@ SHARED_FIELDS = (
     Field("blur", False, "Gaussian blur in the views (BYOL: on; DCCO CIFAR: off)."),
     # Federated methods.
     Field("rounds", 100, "Federated rounds.", lower=1),
-    Field("num_clients", 6000, "Clients in the partition of the train split.", lower=1),
+    data_lib.partition.NUM_CLIENTS,
     Field("partition", "dirichlet", "dirichlet: num_clients x samples_per_client, labels ~ "
           "Dir(alpha); dirichlet_split: every class split over the clients by Dir(alpha) (unequal "
           "sizes, the L-DAWA paper's); classes: num_clients x samples_per_client, "
           "classes_per_client classes each (FedEMA's).", choices=lambda: data_lib.PARTITIONS),
-    Field("samples_per_client", 1, "Images per client (dirichlet and classes partitions).",
-          lower=1),
+    data_lib.partition.SAMPLES_PER_CLIENT,
     Field("split_samples", 0, "dirichlet_split: split this many random training images (0: all).",
           lower=0, note="0: the whole split"),
-    Field("alpha", 0.0, "Dirichlet label concentration: 0 one class per client, 1000 IID.", lower=0,
-          note="0: one class per client; 1000: IID"),
+    data_lib.partition.ALPHA,
     Field("classes_per_client", 2, "classes partition: classes each client holds.", lower=1),
     Field("clients_per_round", 64, "Clients sampled per round.", lower=1),
     common.LOCAL_STEPS, common.CLIENT_OPTIMIZER, common.CLIENT_LEARNING_RATE,

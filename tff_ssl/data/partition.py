@@ -28,15 +28,22 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tff_ssl.config_fields import Field
+
+# The partitions' config fields (their one check).
+NUM_CLIENTS = Field("num_clients", 6000, "Clients in the partition of the train split.", lower=1)
+SAMPLES_PER_CLIENT = Field("samples_per_client", 1, "Images per client (dirichlet and classes "
+                           "partitions).", lower=1)
+ALPHA = Field("alpha", 0.0, "Dirichlet label concentration: 0 one class per client, 1000 IID.",
+              lower=0, note="0: one class per client; 1000: IID")
+
 
 def _validate(labels: np.ndarray, num_clients: int, samples_per_client: int) -> np.ndarray:
   labels = np.asarray(labels)
   if labels.ndim != 1:
     raise ValueError(f"labels must be a 1-D array; got shape {labels.shape}")
-  if num_clients < 1:
-    raise ValueError(f"num_clients must be >= 1; got {num_clients}")
-  if samples_per_client < 1:
-    raise ValueError(f"samples_per_client must be >= 1; got {samples_per_client}")
+  NUM_CLIENTS.check(num_clients)
+  SAMPLES_PER_CLIENT.check(samples_per_client)
   if (labels < 0).any():
     raise ValueError("labels must be >= 0 to partition by label; an unlabeled split can only be "
                      "partitioned IID (use a large alpha on a labeled split, or iid_partition)")
@@ -106,8 +113,7 @@ def dirichlet_partition(labels: np.ndarray, *, num_clients: int, samples_per_cli
   Raises:
     ValueError: alpha < 0, no clients, or more samples requested than the dataset has.
   """
-  if not alpha >= 0:  # Also rejects NaN.
-    raise ValueError(f"alpha must be >= 0 (0: one class per client; 1000: IID); got {alpha}")
+  ALPHA.check(alpha)  # Also rejects NaN.
   labels = _validate(labels, num_clients, samples_per_client)
   rng = np.random.default_rng(seed)
   pools = _class_pools(labels, rng)

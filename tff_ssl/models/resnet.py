@@ -21,6 +21,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
 from tff_ssl.models.layers import WSConv2D, group_norm
 
 
@@ -86,11 +87,18 @@ def last_feature_size(depth_name: str, image_size: int, *, small_input: bool = T
   return size
 
 
+# The ResNets' config fields (their one check).
+POOL_GRID = Field("pool_grid", 1, "ResNets: average-pool the last feature map over a g x g grid, "
+                  "D = g^2 x channels (1: global average pooling).", lower=1,
+                  note="1: global average pooling")
+STEM_STRIDE = Field("stem_stride", 1, "ResNets: stride of the 3x3 stem on 28-32 px images (2: a "
+                    "quarter of the compute).", choices=(1, 2))
+
+
 def check_pool_grid(depth_name: str, image_size: int, pool_grid: int, *, small_input: bool = True,
                     stem_stride: int = 1) -> None:
   """Refuses a pooling grid finer than the last feature map."""
-  if pool_grid < 1:
-    raise ValueError(f"pool_grid must be >= 1 (1: global average pooling); got {pool_grid}")
+  POOL_GRID.check(pool_grid)
   size = last_feature_size(depth_name, image_size, small_input=small_input, stem_stride=stem_stride)
   if pool_grid > size:
     raise ValueError(f"pool_grid {pool_grid} exceeds {depth_name}'s last feature map of {size} x "
@@ -116,8 +124,7 @@ def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 
                      f"patch_size={patch_size})")
   if width <= 0:
     raise ValueError(f"width multiplier must be > 0; got {width}")
-  if stem_stride not in (1, 2):
-    raise ValueError(f"stem_stride must be 1 or 2; got {stem_stride}")
+  STEM_STRIDE.check(stem_stride)
   spec = RESNETS[depth_name]
   scale = lambda f: max(1, int(round(f * width)))  # noqa: E731
   inputs = tf.keras.Input(shape=tuple(input_shape), name="images")

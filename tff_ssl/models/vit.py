@@ -29,6 +29,8 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
+
 
 @dataclasses.dataclass(frozen=True)
 class ViTSpec:
@@ -43,6 +45,11 @@ VITS = {
     "vit_mini": ViTSpec(depth=6, dim=96, heads=3, mlp_ratio=2),
 }
 DEFAULT_PATCH = 4
+# The ViTs' config fields (their one check; a patch size must also divide the image).
+DEPTH = Field("depth", 0, "ViT encoders: the number of transformer blocks (0: the encoder's own, "
+              "12 for vit_tiny, 6 for vit_mini).", lower=0, note="0: the encoder's own")
+PATCH_SIZE = Field("patch_size", 0, f"ViT encoders: pixels per patch side; must divide the image "
+                   f"size (0: {DEFAULT_PATCH}).", lower=0, note=f"0: {DEFAULT_PATCH}")
 
 
 def sincos_position_embedding(grid_h: int, grid_w: int, dim: int) -> np.ndarray:
@@ -162,8 +169,8 @@ def build_vit(spec_name: str, input_shape: Sequence[int], *, width: float = 1.0,
   spec = VITS[spec_name]
   if not width > 0:
     raise ValueError(f"width multiplier must be > 0; got {width}")
-  if depth < 0:
-    raise ValueError(f"depth must be >= 0 (0: the encoder's {spec.depth} blocks); got {depth}")
+  DEPTH.check(depth)
+  PATCH_SIZE.check(patch_size)
   patch = patch_size or DEFAULT_PATCH
   h, w = int(input_shape[0]), int(input_shape[1])
   if patch < 1 or h % patch or w % patch:
