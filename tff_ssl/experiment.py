@@ -41,8 +41,6 @@ from tff_ssl.federated import common, grouping, ssl_model
 from tff_ssl.training import PretrainConfig, centralized, pretrain
 
 
-
-
 def method_specific_fields() -> tuple[str, ...]:
   """Fields some methods (`tff_ssl.methods`) or SSL methods (`tff_ssl.ssl`) read and others not."""
   return tuple(sorted({f for m in methods.METHODS.values() for f in m.field_names} | {"ssl"} |
