@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import aggregators, models
-from tff_ssl.benchmarks.common import median_time, tiny_model
+from tff_ssl.benchmarks.common import median_time, ratio, tiny_model
 from tff_ssl.federated import common
 from tff_ssl.federated.functional import FunctionalModel
 
@@ -137,9 +137,11 @@ def time_aggregation(model_builder, strategies, *, clients: int = 10, warmup: in
     log(f"  {name}: server stage {server_s - make_s:.3f} s, TFF process {total_s - make_s:.3f} s "
         f"(total {total_s:.3f} s), client stage {stage_s:.3f} s")
   for row in rows:
-    row["server_stage_ratio"] = row["server_stage_s"] / max(rows[0]["server_stage_s"], 1e-9)
-    row["tff_process_ratio"] = row["tff_process_s"] / max(rows[0]["tff_process_s"], 1e-9)
-    row["client_stage_ratio"] = row["client_stage_s"] / rows[0]["client_stage_s"]
+    # A stage's time is a difference of medians; where noise makes the first row's 0 (a loaded
+    # machine, one round), its ratios are unmeasured (NaN), not 0 or a division by 1e-9.
+    row["server_stage_ratio"] = ratio(row["server_stage_s"], rows[0]["server_stage_s"])
+    row["tff_process_ratio"] = ratio(row["tff_process_s"], rows[0]["tff_process_s"])
+    row["client_stage_ratio"] = ratio(row["client_stage_s"], rows[0]["client_stage_s"])
   return rows
 
 
