@@ -109,7 +109,8 @@ def config_overrides(config_class, flag_values=flags.FLAGS) -> dict:
       try:
         value = tuple(spec.item(v) for v in value)
       except ValueError:
-        raise ValueError(f"--{spec.name} must be comma-separated {spec.item.__name__}s; got "
+        kind = {int: "integers", float: "numbers"}.get(spec.item, spec.item.__name__ + "s")
+        raise ValueError(f"--{spec.name} must be comma-separated {kind}; got "
                          f"{','.join(value)}") from None
     overrides[spec.name] = value
   return overrides

@@ -218,6 +218,7 @@ def config_class(entries) -> type:
 # The config: the shared fields, then each registered method's own, in registry order. Assembled
 # once, here: a method's own fields need its line in `tff_ssl/methods/__init__.py`.
 ExperimentConfig = config_class(methods.METHODS.values())
+methods.config_assembled(f.name for f in dataclasses.fields(ExperimentConfig))
 
 
 class RunExistsError(ValueError):

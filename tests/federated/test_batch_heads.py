@@ -110,7 +110,7 @@ def test_grouped_equals_reference_each_client_its_own_statistics(ssl, steps, sim
 def test_a_client_needs_two_images_for_batch_statistics():
   config = ClientConfig(ssl="byol", head_norm="batch")
   assert config.min_samples == 2 and ClientConfig(ssl="byol").min_samples == 1
-  with pytest.raises(ValueError, match="head_norm must be 'group' or 'batch'; got 'layer'"):
+  with pytest.raises(ValueError, match=r"^unknown head_norm 'layer'; choose one of \['batch', 'group'\]$"):
     ClientConfig(head_norm="layer")
 
 

@@ -26,8 +26,6 @@ Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).feder
 
 from __future__ import annotations
 
-import dataclasses
-
 from tff_ssl.methods import (dcco, fedavg, fedbyol, fedema, fedlama, fedmoco, fedmoco_lw, fedprox,
                              fedu, fll_dd, heterogeneous, lw_fedssl, prog_fedssl)
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
@@ -64,14 +62,21 @@ def get(name: str) -> Method:
   return METHODS[name]
 
 
+# The fields of the assembled `ExperimentConfig` (`tff_ssl.experiment` tells `config_assembled`).
+_CONFIG_FIELDS: set[str] = set()
+
+
+def config_assembled(field_names) -> None:
+  """Called by `tff_ssl.experiment` once it has assembled the config from the registry."""
+  _CONFIG_FIELDS.update(field_names)
+
+
 def register(method: Method) -> None:
   """Adds `method` to the registry (a method defined outside the package, e.g. in a test). It may
   read any existing config field but declare no new one (the config is assembled at import)."""
   if method.name in METHODS:
     raise ValueError(f"a method named {method.name!r} is already registered")
-  from tff_ssl import experiment  # pylint: disable=import-outside-toplevel (it imports this module)
-  known = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
-  new = [f.name for f in method.declared if f.name not in known]
+  new = [f.name for f in method.declared if f.name not in _CONFIG_FIELDS]
   if new:
     raise ValueError(f"method {method.name!r} declares config fields {new} that ExperimentConfig "
                      f"(assembled when tff_ssl is imported) lacks; add its line to METHODS in "
