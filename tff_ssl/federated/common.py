@@ -409,9 +409,13 @@ class ServerLoop(GlobalModel):
     """The method's own part of the server state (`()`: none)."""
     return ()
 
+  def initial_optimizer_state(self):
+    """The server optimizer's state at the first round."""
+    return self._optimizer.initialize(self._optimizer_specs)
+
   def initialize(self) -> ServerState:
     return ServerState(weights=[w.copy() for w in self.model.initial_weights],
-                       optimizer_state=self._optimizer.initialize(self._optimizer_specs),
+                       optimizer_state=self.initial_optimizer_state(),
                        aggregator_state=self._aggregator.initialize() if self._aggregator else (),
                        round_num=0, method_state=self.initial_method_state())
 

@@ -62,23 +62,27 @@ def get(name: str) -> Method:
   return METHODS[name]
 
 
-# The fields of the assembled `ExperimentConfig` (`tff_ssl.experiment` tells `config_assembled`).
-_CONFIG_FIELDS: set[str] = set()
+# The fields of the assembled `ExperimentConfig`; None until `tff_ssl.experiment` assembles it from
+# the registry (`config_assembled`): a method registered before then brings its fields into it.
+_CONFIG_FIELDS: set[str] | None = None
 
 
 def config_assembled(field_names) -> None:
   """Called by `tff_ssl.experiment` once it has assembled the config from the registry."""
-  _CONFIG_FIELDS.update(field_names)
+  global _CONFIG_FIELDS
+  _CONFIG_FIELDS = set(field_names)
 
 
 def register(method: Method) -> None:
-  """Adds `method` to the registry (a method defined outside the package, e.g. in a test). It may
-  read any existing config field but declare no new one (the config is assembled at import)."""
+  """Adds `method` to the registry (a method defined outside the package, e.g. in a test). Once
+  `tff_ssl.experiment` has assembled the config, it may read any config field but declare no new
+  one."""
   if method.name in METHODS:
     raise ValueError(f"a method named {method.name!r} is already registered")
-  new = [f.name for f in method.declared if f.name not in _CONFIG_FIELDS]
+  new = [f.name for f in method.declared
+         if _CONFIG_FIELDS is not None and f.name not in _CONFIG_FIELDS]
   if new:
     raise ValueError(f"method {method.name!r} declares config fields {new} that ExperimentConfig "
-                     f"(assembled when tff_ssl is imported) lacks; add its line to METHODS in "
+                     f"(assembled when tff_ssl.experiment was imported) lacks; add its line to METHODS in "
                      f"tff_ssl/methods/__init__.py instead of registering it at run time")
   METHODS[method.name] = method

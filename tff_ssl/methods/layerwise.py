@@ -38,8 +38,8 @@ import re
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_federated as tff
 
+from tff_ssl import optim
 from tff_ssl.federated import common, ssl_model
 from tff_ssl.methods import alignment, depth_dropout, fedavg
 from tff_ssl.federated.client_work import ClientConfig, local_training
@@ -142,7 +142,7 @@ class LayerwiseProcess(GlobalModel):
     """Stage `stage`'s FedAvg-style process (built at its first use)."""
     if stage not in self._processes:
       model, mask = self.stage_models[stage - 1], self.stage_mask(stage)
-      sgd = tff.learning.optimizers.build_sgdm(learning_rate=self.learning_rate)
+      sgd = optim.make_tff_optimizer("sgd", "server", self.learning_rate)
       self._processes[stage] = fedavg.FedAvgSSLProcess(
           model, self.image_shape, sgd, self.stage_config(stage), self.aggregator.build(model, mask),
           self.simulation, mask=mask)
@@ -199,13 +199,16 @@ class LayerwiseProcess(GlobalModel):
     s = self.stage(state.round_num)
     process, names = self.process(s), self.stage_models[s - 1].names
     weights = self.start_weights(state)
-    stage_state = ServerState(weights=[weights[self._index[n]] for n in names], optimizer_state=(),
+    # The stage's aggregate is the new model: the shared server step (`ServerLoop.finish_round`) with
+    # the stage process's SGD at a constant rate, restarted every round (it keeps no state).
+    stage_state = ServerState(weights=[weights[self._index[n]] for n in names],
+                              optimizer_state=process.initial_optimizer_state(),
                               aggregator_state=process.aggregator.initialize(),
                               round_num=state.round_num)
     out = process.compute_update(stage_state, clients)
-    for n, u in zip(process.mask.select(names), out["update"]):
-      i = self._index[n]
-      weights[i] = (weights[i] - self.learning_rate * np.asarray(u)).astype(weights[i].dtype)
+    stepped, _ = process.finish_round(stage_state, out["update"], out["loss"], len(clients))
+    for n, w in zip(names, stepped.weights):
+      weights[self._index[n]] = np.asarray(w)
     measurements = collections.OrderedDict(out["measurements"])
     if self.layerwise.calibration:
       if self.auxiliary is None:
