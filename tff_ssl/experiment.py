@@ -32,7 +32,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import config_fields
 from tff_ssl import data as data_lib
-from tff_ssl import evaluation, methods, models, rundir
+from tff_ssl import evaluation, methods, models, optim, rundir
 from tff_ssl import progress as progress_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl import runner
@@ -70,6 +70,7 @@ SHARED_FIELDS = (
     Field("encoder", "resnet14", "Encoder backbone.", choices=lambda: models.ENCODERS),
     _gt0("width", 1.0, "Encoder width multiplier."),
     models.resnet.STEM_STRIDE, models.resnet.POOL_GRID, models.vit.DEPTH, models.vit.PATCH_SIZE,
+    models.vit.READOUT, models.vit.FREEZE_PATCH_EMBED,
     Field("projector", (512, 512, 512), "Projector layer sizes, e.g. 1024,1024,1024.", item=int,
           lower=1),
     Field("predictor", (), "BYOL / SimSiam predictor layer sizes, ending at the projector's output "
@@ -77,6 +78,7 @@ SHARED_FIELDS = (
     ssl_model.HEAD_NORM,
     *ssl_lib.HPARAMS.values(),
     centralized.STEPS, centralized.BATCH_SIZE, centralized.OPTIMIZER, centralized.LEARNING_RATE,
+    centralized.WEIGHT_DECAY, optim.WARMUP_FRACTION,
     Field("crop_min_scale", 0.2, "Smallest random-resized-crop area fraction.", lower=0, upper=1,
           open_lower=True),
     Field("blur", False, "Gaussian blur in the views (BYOL: on; DCCO CIFAR: off)."),
@@ -131,9 +133,11 @@ class _ExperimentConfig:
       spec.check(value)
     # Rules between fields.
     vit = self.encoder in models.VITS
-    if not vit and (self.depth or self.patch_size):
-      raise ValueError(f"depth and patch_size are ViT options; encoder {self.encoder!r} is not a ViT "
-                       f"(use --encoder=vit_tiny or vit_mini, or drop them)")
+    if not vit and (self.depth or self.patch_size or self.readout != "cls" or
+                    self.freeze_patch_embed):
+      raise ValueError(f"depth, patch_size, readout and freeze_patch_embed are ViT options; encoder "
+                       f"{self.encoder!r} is not a ViT (use --encoder=vit_tiny or vit_mini, or drop "
+                       f"them)")
     if self.encoder not in models.RESNETS and self.stem_stride != 1:
       raise ValueError(f"stem_stride is a ResNet option; encoder {self.encoder!r} is not a ResNet "
                        f"(drop --stem_stride)")
@@ -190,7 +194,10 @@ class _ExperimentConfig:
     return models.build_encoder(self.encoder, image_shape, width=self.width,
                                 small_input=image_shape[0] <= 64, stem_stride=self.stem_stride,
                                 **({"pool_grid": self.pool_grid} if self.pool_grid != 1 else {}),
-                                depth=self.depth, patch_size=self.patch_size, name=name)
+                                depth=self.depth, patch_size=self.patch_size, name=name,
+                                **({"readout": self.readout,
+                                    "freeze_patch_embed": self.freeze_patch_embed}
+                                   if self.encoder in models.VITS else {}))
 
   def augment_config(self) -> data_lib.AugmentConfig:
     return data_lib.AugmentConfig(crop_scale=(self.crop_min_scale, 1.0), blur=self.blur)

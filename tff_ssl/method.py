@@ -23,8 +23,9 @@ FEDERATED_FIELDS = ("rounds", "num_clients", "partition", "samples_per_client", 
                     "client_learning_rate", "server_optimizer", "server_learning_rate",
                     "server_lr_schedule", "checkpoint_every", "simulation", "group_size",
                     "knn_every")
-# Fields of centralized pretraining and of the supervised baseline.
-CENTRALIZED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
+# Fields of the supervised baseline and of centralized pretraining.
+SUPERVISED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
+CENTRALIZED_FIELDS = SUPERVISED_FIELDS + ("weight_decay", "warmup_fraction")
 
 
 def _no_check(config) -> None:

@@ -69,9 +69,62 @@ def test_functional_form_equals_the_keras_model_and_images_are_independent():
 def test_bad_vit_settings_name_the_value():
   with pytest.raises(ValueError, match="patch_size 5 must divide the images' 28x28"):
     models.build_encoder("vit_mini", (28, 28, 1), patch_size=5)
-  with pytest.raises(ValueError, match="depth and patch_size are ViT options"):
+  with pytest.raises(ValueError, match="depth, patch_size, readout and freeze_patch_embed are ViT options"):
     ExperimentConfig(encoder="resnet18", depth=3)
   with pytest.raises(ValueError, match="stem_stride is a ResNet option"):
     ExperimentConfig(encoder="vit_mini", stem_stride=2)
   with pytest.raises(ValueError, match="pool_grid is a ResNet option"):
     ExperimentConfig(encoder="vit_mini", pool_grid=2)
+
+
+def test_mean_token_readout_is_the_mean_of_the_normed_patch_tokens_of_shape_b_by_dim():
+  """readout="mean": [B, dim] features, the mean over the 16 patch tokens (7 x 7 patches of a 28 x
+  28 image) of the final LayerNorm's output; no class token is made (one weight fewer)."""
+  tf.keras.utils.set_random_seed(0)
+  enc = models.build_encoder("vit_mini", (28, 28, 1), patch_size=7, depth=2, readout="mean")
+  assert enc.output_shape == (None, 96)
+  assert not any("tokens/cls" in w.name for w in enc.weights)
+  assert len(enc.weights) == len(models.build_encoder("vit_mini", (28, 28, 1), patch_size=7,
+                                                      depth=2).weights) - 1
+  x = tf.random.uniform([3, 28, 28, 1], seed=1)
+  tokens = tf.keras.Model(enc.input, enc.get_layer("norm").output)(x)
+  assert tokens.shape == (3, 16, 96)
+  np.testing.assert_allclose(enc(x).numpy(), tf.reduce_mean(tokens, axis=1).numpy(), rtol=1e-6)
+  with pytest.raises(ValueError, match="readout 'max'"):
+    models.build_encoder("vit_mini", (28, 28, 1), readout="max")
+
+
+def test_a_frozen_patch_projection_is_bit_identical_after_training_and_the_rest_moves():
+  """freeze_patch_embed: a FedAvg round (TFF, AdamW clients with weight decay: decay would move a
+  trained weight even at a zero gradient) and centralized pretraining (Keras AdamW with weight decay)
+  leave the patch projection exactly at its initialization, and train everything else."""
+  from tff_ssl import experiment, runner  # pylint: disable=g-import-not-at-top
+  from tff_ssl.data import synthetic  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated import common  # pylint: disable=g-import-not-at-top
+  from tff_ssl.training import centralized  # pylint: disable=g-import-not-at-top
+  train = synthetic("train", num_examples=16, seed=0)
+  shared = dict(ssl="mocov3", encoder="vit_mini", patch_size=7, depth=1, width=0.25,
+                projector=(16, 8), predictor=(16, 8), temperature=0.2, dataset="synthetic",
+                freeze_patch_embed=True, seed=0)
+  fed = ExperimentConfig(method="fedavg", rounds=1, client_optimizer="adamw",
+                         client_weight_decay=0.1, client_learning_rate=1e-2, local_batch_size=4,
+                         server_optimizer="sgd", server_learning_rate=1.0, **shared)
+  tf.keras.utils.set_random_seed(0)
+  model = FunctionalModel(runner.ssl_model_builder(fed, train.image_shape))
+  assert [n for n, f in zip(model.names, model.frozen) if f] == ["encoder/patch_embed/kernel",
+                                                                 "encoder/patch_embed/bias"]
+  process = runner.build_process(fed, model, train.image_shape)
+  state = process.initialize()
+  clients = [common.client_inputs(train.images[i:i + 8], np.arange(i, i + 8)) for i in (0, 8)]
+  after, _ = process.next(state, clients)
+  for name, before, now, frozen in zip(model.names, state.weights, after.weights, model.frozen):
+    assert np.array_equal(before, now) == frozen, name
+  # Centralized: two Keras AdamW steps.
+  cen = ExperimentConfig(method="centralized", steps=2, batch_size=8, optimizer="adamw",
+                         weight_decay=0.1, learning_rate=1e-2, **shared)
+  build = experiment.centralized_model_builder(cen, train.image_shape)
+  keras_model = build()
+  start = [w.numpy().copy() for w in keras_model.encoder.weights]
+  centralized.pretrain(keras_model, train.images, cen.pretrain_config(), build=build)
+  for w, before in zip(keras_model.encoder.weights, start):
+    assert np.array_equal(w.numpy(), before) == w.name.startswith("patch_embed/"), w.name

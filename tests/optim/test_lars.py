@@ -44,7 +44,7 @@ def test_weight_decay_enters_the_gradient():
 @pytest.mark.parametrize("name", optim.names("centralized"))
 def test_registry_optimizers_reduce_a_quadratic(name):
   w = tf.Variable([[2.0, -3.0]], name="kernel")
-  opt = optim.make_optimizer(name, {"adam": 0.1, "sgd": 0.05, "sgdm": 0.05, "lars": 50.0}[name], 100)
+  opt = optim.make_optimizer(name, {"adam": 0.1, "adamw": 0.1, "sgd": 0.05, "sgdm": 0.05, "lars": 50.0}[name], 100)
   start = float(tf.reduce_sum(w ** 2))
   for _ in range(20):
     with tf.GradientTape() as tape:

@@ -9,12 +9,12 @@ from tff_ssl import optim
 
 
 def test_roles_offer_what_each_place_trains_with():
-  assert optim.names("centralized") == ("adam", "lars", "sgd", "sgdm")
+  assert optim.names("centralized") == ("adam", "adamw", "lars", "sgd", "sgdm")
   assert optim.names("client") == ("adamw", "sgd", "sgdm")
   assert optim.names("server") == ("adam", "lars", "sgd", "sgdm")
 
 
-@pytest.mark.parametrize("name,role,field", [("adamw", "centralized", "optimizer"),
+@pytest.mark.parametrize("name,role,field", [("adam", "client", "client_optimizer"),
                                              ("lars", "client", "client_optimizer"),
                                              ("adamw", "server", "server_optimizer")])
 def test_a_name_outside_its_role_is_refused_naming_the_field(name, role, field):
@@ -30,7 +30,7 @@ def test_keras_and_tff_sgd_take_the_same_two_steps(name, momentum):
   w1 = w0 - lr * 2 * w0
   w2 = w1 - lr * (momentum * 2 * w0 + 2 * w1)
   var = tf.Variable(w0)
-  keras = optim.get(name, "centralized").keras(lr)
+  keras = optim.get(name, "centralized").keras(lr, 0.0)
   for _ in range(2):
     keras.apply_gradients([(2 * var, var)])
   np.testing.assert_allclose(var.numpy(), w2, rtol=1e-6)
@@ -52,3 +52,24 @@ def test_every_tff_optimizer_reduces_a_quadratic(role):
     for _ in range(20):
       state, w = opt.next(state, w, (2 * w[0],))
     assert float(tf.reduce_sum(w[0] ** 2)) < 0.5 * 13, name
+
+
+def test_keras_and_tff_adamw_take_the_same_two_steps_with_decoupled_decay():
+  """adamw is the same optimizer centralized (Keras) and at a client (TFF): two steps on ||w||^2 with
+  weight decay 0.1 agree, and each step's decay is lr * wd * w, apart from Adam's step (MoCo v3's
+  AdamW)."""
+  lr, wd, w0 = 0.1, 0.1, np.array([1.0, -2.0], np.float32)
+  var = tf.Variable(w0)
+  keras = optim.get("adamw", "centralized").keras(lr, wd)
+  for _ in range(2):
+    keras.apply_gradients([(2 * var, var)])
+  tff_opt = optim.make_tff_optimizer("adamw", "client", lr, weight_decay=wd)
+  state = tff_opt.initialize((tf.TensorSpec([2], tf.float32),))
+  w = (tf.constant(w0),)
+  for _ in range(2):
+    state, w = tff_opt.next(state, w, (2 * w[0],))
+  np.testing.assert_allclose(var.numpy(), w[0].numpy(), rtol=1e-5)
+  # Adam's first step is lr * sign(g) (up to epsilon); the decay adds lr * wd * w0.
+  one = tf.Variable(w0)
+  optim.get("adamw", "centralized").keras(lr, wd).apply_gradients([(2 * one, one)])
+  np.testing.assert_allclose(one.numpy(), w0 - lr * np.sign(w0) - lr * wd * w0, rtol=1e-5)

@@ -30,6 +30,7 @@ import contextlib
 import dataclasses
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tff_ssl import losses
@@ -137,6 +138,8 @@ class ClientConfig:
   head_norm: the model's heads' normalization ("group", or "batch": statistics of the client's own
     batch, so a client needs >= 2 images and the grouped simulation runs each real client's forward
     pass on its own, never several clients' images in one batch).
+  lr_schedule, warmup_fraction, rounds: the clients' learning rate over the run's `rounds` rounds
+    (`schedule`, a `common.ClientSchedule`); a client reads its round from the round's seed.
   """
 
   ssl: str = "cco"
@@ -153,8 +156,12 @@ class ClientConfig:
   seed: int = 0
   terms: tuple[ClientTerm, ...] = ()
   head_norm: str = "group"
+  lr_schedule: str = "constant"
+  warmup_fraction: float = 0.0
+  rounds: int = 1
 
   def __post_init__(self):
+    self.schedule  # pylint: disable=pointless-statement (checks the schedule's fields)
     ssl_lib.get(self.ssl)
     ssl_lib.check_hparams(self)
     HEAD_NORM.check(self.head_norm)
@@ -172,6 +179,12 @@ class ClientConfig:
   @property
   def method(self) -> ssl_lib.SSLMethod:
     return ssl_lib.get(self.ssl)
+
+  @property
+  def schedule(self) -> common.ClientSchedule:
+    """The clients' learning rate at each round and local step."""
+    return common.ClientSchedule(self.client_learning_rate, self.lr_schedule, self.rounds,
+                                 self.warmup_fraction)
 
   @property
   def min_samples(self) -> int:
@@ -275,9 +288,11 @@ def _next_ssl_state(cfg: ClientConfig, carried: dict, step: Step, new, record: d
   return out
 
 
-def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried):
+def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried, round_num):
   """E full-batch steps on the client's images (new views at each step)."""
-  method = cfg.method
+  method, schedule = cfg.method, cfg.schedule
+  learning_rate = (cfg.client_learning_rate if schedule.constant else
+                   lambda step: schedule.rate(round_num, float(step), float(cfg.local_steps)))
   state = [carried, None, {}]  # What is carried; the last step and its record.
 
   def loss_of(current, step):
@@ -293,18 +308,18 @@ def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, ca
     state[0] = _next_ssl_state(cfg, state[0], state[1], new, state[2])
 
   delta, first, mean = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
-                                             cfg.client_learning_rate, loss_of, after_step,
+                                             learning_rate, loss_of, after_step,
                                              cfg.client_weight_decay, mask)
   return delta, first, mean, state[0]
 
 
-def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried):
+def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried, round_num):
   """E epochs of steps on batches of `local_batch_size`, each epoch over a seeded shuffle.
 
   A `tf.while_loop` (the number of steps depends on N_k) built in a `tf.function`, so the TF1 graph
   of a TFF computation keeps no per-iteration intermediates.
   """
-  method = cfg.method
+  method, schedule = cfg.method, cfg.schedule
   opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate,
                                 cfg.client_weight_decay)
   specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in mask.select(weights))
@@ -313,7 +328,7 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
              for k, v in carried.items()}
 
   @tf.function(autograph=False)  # The loop is explicit; autograph only re-parses the body.
-  def train(weights, carried, images, ids, seed):
+  def train(weights, carried, images, ids, seed, round_num):
     n = tf.shape(ids)[0]
     batch = tf.minimum(cfg.local_batch_size, n)
     per_epoch = tf.maximum(1, n // batch)
@@ -338,6 +353,9 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
           done[0] = Step(model, outputs, list(weights), merged, v1, v2)
           return client_loss(cfg, done[0], carried, record)
 
+      if not schedule.constant:
+        opt_state = common.with_learning_rate(opt, opt_state, schedule.rate(
+            round_num, tf.cast(step, tf.float32), tf.cast(total, tf.float32)))
       opt_state, new, loss = common.client_step(
           opt, opt_state, current, loss_of,
           common.coupled_weight_decay(cfg.client_optimizer, cfg.client_weight_decay))
@@ -354,11 +372,12 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
             loss_sum / tf.cast(total, tf.float32), carried)
 
   return train(list(weights), carried, grouping.field(data, "images"),
-               grouping.field(data, "ids"), seed)
+               grouping.field(data, "ids"), seed, round_num)
 
 
 def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, data,
-                   mask: common.TensorMask | None = None, carried: dict | None = None):
+                   mask: common.TensorMask | None = None, carried: dict | None = None,
+                   round_num=None):
   """A client's local training on its own images, of the tensors of `mask` (default: all), from
   `weights`.
 
@@ -367,14 +386,26 @@ def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, dat
   keys, and the terms' entries); None: `initial_ssl_state` (FedAvg-style clients, which keep nothing
   between rounds).
 
+  `round_num`: the round, for the learning-rate schedule (None: the round of `seed`, a round's seed,
+  `common.round_seed`).
+
   Returns (Delta_k of the trained tensors, first-step loss, mean loss, what was carried to the end of
   the last step).
   """
-  mask = mask or common.TensorMask.all(len(weights))
+  mask = mask or common.TensorMask.of_model(model)
   carried = initial_ssl_state(model, cfg) if carried is None else carried
+  round_num = common.round_of(seed) if round_num is None else tf.cast(round_num, tf.float32)
   if cfg.local_batch_size:
-    return _minibatch_training(model, cfg, weights, seed, data, mask, carried)
-  return _full_batch_training(model, cfg, weights, seed, data, mask, carried)
+    return _minibatch_training(model, cfg, weights, seed, data, mask, carried, round_num)
+  return _full_batch_training(model, cfg, weights, seed, data, mask, carried, round_num)
+
+
+def schedule_measurements(cfg: ClientConfig, round_num: int) -> dict:
+  """What a round records of the clients' learning-rate schedule (aggregation.csv): the rate of its
+  first local step, `client_learning_rate`, where the rate is scheduled; nothing where constant."""
+  if cfg.schedule.constant:
+    return {}
+  return {"client_learning_rate": np.float32(cfg.schedule.rate(round_num, 0.0, 1.0))}
 
 
 def reporting_terms(cfg: ClientConfig, model: FunctionalModel) -> list[ClientTerm]:
@@ -392,7 +423,7 @@ def client_round(model: FunctionalModel, cfg: ClientConfig, client_state, weight
   loss, N_k, the client's new state (None for a stateless client), its report (None unless a term
   reports: then {"client": `client_id`, term key: the term's report})).
   """
-  mask = mask or common.TensorMask.all(len(model.weight_specs))
+  mask = mask or common.TensorMask.of_model(model)
   n = common.num_examples(client)
   if client_state is None:
     delta, first_loss, mean_loss, carried = local_training(model, cfg, weights, seed, client, mask)

@@ -169,6 +169,22 @@ class TensorMask:
     return cls((True,) * num_tensors)
 
   @classmethod
+  def of_model(cls, model) -> "TensorMask":
+    """The mask training every tensor of `model` (a `FunctionalModel`) but its frozen ones
+    (`FunctionalModel.frozen`: e.g. the ViT's frozen patch projection)."""
+    return cls(tuple(not f for f in model.frozen))
+
+  @classmethod
+  def require_all(cls, model, method: str) -> "TensorMask":
+    """The mask of every tensor of `model`, for a method that trains them all; ValueError where the
+    model has frozen ones."""
+    if any(model.frozen):
+      frozen = [n for n, f in zip(model.names, model.frozen) if f]
+      raise ValueError(f"{method} trains every tensor of the model; {frozen[0]!r} is frozen (drop "
+                       f"--freeze_patch_embed)")
+    return cls.all(len(model.frozen))
+
+  @classmethod
   def from_names(cls, names: Sequence[str], trained: Callable[[str], bool]) -> "TensorMask":
     """The mask training the tensors whose name (`FunctionalModel.names`) satisfies `trained`."""
     mask = [bool(trained(n)) for n in names]
@@ -231,7 +247,14 @@ class ServerState:
 
 
 def round_seed(seed: int, round_num: int) -> np.ndarray:
+  """The seed a round broadcasts to its clients: (the run's seed, the round number); `round_of`
+  reads the round back (the clients' learning-rate schedule)."""
   return np.array([seed, round_num], np.int64)
+
+
+def round_of(seed) -> tf.Tensor:
+  """The round number (float32) of a round's seed (`round_seed`)."""
+  return tf.cast(seed[1], tf.float32)
 
 
 # The fields of the clients' local training every federated method reads (their one check).
@@ -240,8 +263,61 @@ LOCAL_STEPS = Field("local_steps", 1, "Local steps per round (FedAvg-style metho
 CLIENT_OPTIMIZER = Field("client_optimizer", "sgd", "Client optimizer (tff_ssl.optim): plain "
                          "gradient descent (DCCO's), with momentum 0.9, or AdamW (LW-FedSSL's).",
                          choices=lambda: optim.names("client"))
-CLIENT_LEARNING_RATE = Field("client_learning_rate", 1.0, "Client learning rate.", lower=0,
-                             open_lower=True)
+CLIENT_LEARNING_RATE = Field("client_learning_rate", 1.0, "Client learning rate (the peak, with "
+                             "--client_lr_schedule=warmup_cosine).", lower=0, open_lower=True)
+CLIENT_LR_SCHEDULES = ("constant", "warmup_cosine")
+CLIENT_LR_SCHEDULE = Field("client_lr_schedule", "constant", "FedAvg-style: the clients' learning "
+                           "rate over the run: constant, or warmup_cosine (MoCo v3's: a linear "
+                           "warm-up over --warmup_fraction of the rounds, then cosine decay to 0; "
+                           "a client's step s of S in round r is at progress (r + s / S) / rounds, "
+                           "across rounds and stages).", choices=CLIENT_LR_SCHEDULES)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientSchedule:
+  """The clients' learning rate over a run of `rounds` rounds (`CLIENT_LR_SCHEDULE`): constant at
+  `learning_rate`, or `learning_rate` * `optim.warmup_cosine` of the run's progress, a function of
+  the round and of the step within it, so a resumed run (or a stage of a layer-wise one) continues
+  where it was."""
+
+  learning_rate: float
+  kind: str = "constant"
+  rounds: int = 1
+  warmup_fraction: float = 0.0
+
+  def __post_init__(self):
+    CLIENT_LEARNING_RATE.check(self.learning_rate)
+    CLIENT_LR_SCHEDULE.check(self.kind)
+    optim.WARMUP_FRACTION.check(self.warmup_fraction)
+    if self.rounds < 1:
+      raise ValueError(f"rounds must be >= 1; got {self.rounds}")
+    if self.kind == "constant" and self.warmup_fraction:
+      raise ValueError(f"warmup_fraction ({self.warmup_fraction}) needs "
+                       f"--client_lr_schedule=warmup_cosine")
+
+  @property
+  def constant(self) -> bool:
+    return self.kind == "constant"
+
+  def progress(self, round_num, step, steps):
+    """The run's progress at step `step` of `steps` in round `round_num` (0-based)."""
+    return (round_num + step / steps) / self.rounds
+
+  def rate(self, round_num, step, steps):
+    """The learning rate of step `step` (of `steps`) in round `round_num`: plain numbers or
+    tensors."""
+    if self.constant:
+      return self.learning_rate
+    return self.learning_rate * optim.warmup_cosine(self.progress(round_num, step, steps),
+                                                    self.warmup_fraction)
+
+
+def with_learning_rate(optimizer: tff.learning.optimizers.Optimizer, state, learning_rate):
+  """`optimizer`'s `state` with its learning rate set to `learning_rate` (a scheduled step)."""
+  hparams = dict(optimizer.get_hparams(state))
+  hparams["learning_rate"] = tf.cast(learning_rate, tf.convert_to_tensor(
+      hparams["learning_rate"]).dtype)
+  return optimizer.set_hparams(state, hparams)
 
 
 def client_optimizer(name: str, learning_rate: float,
@@ -277,10 +353,11 @@ def client_step(optimizer: tff.learning.optimizers.Optimizer, opt_state, trained
   return opt_state, list(new), loss
 
 
-def local_training(weights, steps: int, optimizer: str, learning_rate: float, loss_of,
+def local_training(weights, steps: int, optimizer: str, learning_rate, loss_of,
                    after_step=None, weight_decay: float = 0.0, mask: TensorMask | None = None):
   """`steps` client optimizer steps (`client_step`) from `weights` on `loss_of(current_weights,
-  step)`, training only the tensors of `mask` (default: all).
+  step)`, training only the tensors of `mask` (default: all). `learning_rate`: a number, or a
+  function of the step (a schedule: `ClientSchedule.rate`).
 
   `after_step(current_weights)` runs after each step (BYOL's target update).
 
@@ -291,10 +368,14 @@ def local_training(weights, steps: int, optimizer: str, learning_rate: float, lo
   mask = mask or TensorMask.all(len(full))
   initial = mask.select(full)
   current = list(initial)
-  local_opt = client_optimizer(optimizer, learning_rate, weight_decay)
+  scheduled = callable(learning_rate)
+  # A scheduled rate is set before each step (`with_learning_rate`); 1.0 is never used.
+  local_opt = client_optimizer(optimizer, 1.0 if scheduled else learning_rate, weight_decay)
   opt_state = local_opt.initialize(tuple(tf.TensorSpec(w.shape, w.dtype) for w in current))
   step_losses = []
   for step in range(steps):
+    if scheduled:
+      opt_state = with_learning_rate(local_opt, opt_state, learning_rate(step))
     opt_state, current, loss = client_step(
         local_opt, opt_state, current,
         lambda trained, step=step: loss_of(mask.merge(trained, full), step),
@@ -385,7 +466,7 @@ class ServerLoop(GlobalModel):
   def __init__(self, model: FunctionalModel, server_optimizer, aggregator=None,
                mask: TensorMask | None = None):
     self.model = model
-    self.mask = mask or TensorMask.all(len(model.weight_specs))
+    self.mask = mask or TensorMask.of_model(model)
     self.mask.check(len(model.weight_specs))
     self._aggregator = aggregator
     self._optimizer = server_optimizer

@@ -101,9 +101,17 @@ class FunctionalModel:
 
     with tf.variable_creator_scope(record):
       model = build_fn()
-    if model.non_trainable_variables:
+    # A frozen layer's weights (trainable=False: the ViT's frozen patch projection) are the model's
+    # weights like any other, which no trainer changes (`frozen`); any other non-trainable variable
+    # (BatchNorm's moving statistics) is state a pure function of the weights cannot keep.
+    frozen_ids = {id(v) for layer in model._flatten_layers(include_self=False, recursive=True)  # pylint: disable=protected-access
+                  if not layer.trainable and not isinstance(layer, _NORMALIZATION_LAYERS)
+                  and not list(layer._flatten_layers(include_self=False, recursive=False))  # pylint: disable=protected-access
+                  for v in layer.weights}
+    stateful = [v for v in model.non_trainable_variables if id(v) not in frozen_ids]
+    if stateful:
       raise ValueError(f"{model.name} has non-trainable variables "
-                       f"({[v.name for v in model.non_trainable_variables][:3]}); federated models "
+                       f"({[v.name for v in stateful][:3]}); federated models "
                        f"must be batch-independent (GroupNorm, not BatchNorm)")
     # Keras models also create step counters (not weights); keep the model's own variables only.
     in_model = {id(v) for v in model.variables}
@@ -120,6 +128,7 @@ class FunctionalModel:
     self.layer_names = [owners[id(v)][0] for v in created]
     self.normalization = [owners[id(v)][1] for v in created]
     self.names = [_weight_path(owners[id(v)][0], v.name) for v in created]
+    self.frozen = [id(v) in frozen_ids for v in created]
     if len(set(self.names)) != len(self.names):
       dup = sorted({n for n in self.names if self.names.count(n) > 1})
       raise ValueError(f"{model.name} has several weight tensors at the path {dup[0]!r}; give its "

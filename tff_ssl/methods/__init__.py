@@ -28,11 +28,11 @@ from __future__ import annotations
 
 from tff_ssl.methods import (dcco, fedavg, fedbyol, fedema, fedlama, fedmoco, fedmoco_lw, fedprox,
                              fedu, fll_dd, heterogeneous, lw_fedssl, prog_fedssl)
-from tff_ssl.method import CENTRALIZED_FIELDS, Method
+from tff_ssl.method import SUPERVISED_FIELDS, Method
 from tff_ssl.training import centralized
 
 SUPERVISED = Method(
-    name="supervised", kind="supervised", fields=CENTRALIZED_FIELDS,
+    name="supervised", kind="supervised", fields=SUPERVISED_FIELDS,
     no_batch_heads="the supervised baseline has no SSL heads",
     summary="Supervised training from scratch on the labeled fraction: the tables' lower baseline.")
 

@@ -107,7 +107,7 @@ class DCCOProcess(common.ServerLoop):
                config: DCCOConfig = DCCOConfig(),
                simulation: grouping.Simulation = grouping.Simulation(),
                split_phases: bool = False):
-    super().__init__(model, server_optimizer)
+    super().__init__(model, server_optimizer, mask=common.TensorMask.require_all(model, "DCCO"))
     self.config = config
     self.simulation = simulation
     self.split_phases = split_phases

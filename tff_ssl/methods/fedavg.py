@@ -317,6 +317,7 @@ class FedAvgSSLProcess(common.ServerLoop):
     extra = [item for t in client_work.reporting_terms(self.config, self.model)
              for item in t.measurements(out["reports"][t.key]).items()]
     extra += list(extra_metrics.items())
+    extra += list(client_work.schedule_measurements(self.config, state.round_num).items())
     metrics["aggregation"] = out["measurements"]
     if extra:
       metrics["aggregation"] = collections.OrderedDict(
@@ -341,7 +342,8 @@ class FedAvgSSLProcess(common.ServerLoop):
 # Fields FedAvg-style methods read beyond every federated method's (DCCO's update aggregation is its
 # N_k-weighted mean, and its clients take full-batch steps).
 FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + (client_work.LOCAL_BATCH_SIZE,
-                                                  client_work.CLIENT_WEIGHT_DECAY)
+                                                  client_work.CLIENT_WEIGHT_DECAY,
+                                                  common.CLIENT_LR_SCHEDULE, "warmup_fraction")
 
 
 def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
@@ -360,7 +362,8 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
       client_learning_rate=config.client_learning_rate,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
       local_batch_size=config.local_batch_size, augment=config.augment_config(), seed=config.seed,
-      head_norm=config.head_norm),
+      head_norm=config.head_norm, lr_schedule=config.client_lr_schedule,
+      warmup_fraction=config.warmup_fraction, rounds=config.rounds),
           aggregator, grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 
@@ -368,8 +371,9 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
           context: BuildContext = BuildContext()) -> FedAvgSSLProcess:
   del context  # The server trains on nothing of its own; one aggregation a round.
   fedavg_config, aggregator, simulation = process_config(config)
+  mask = common.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   return FedAvgSSLProcess(model, image_shape, common.server_optimizer_for(config, model.names),
-                          fedavg_config, aggregator.build(model), simulation)
+                          fedavg_config, aggregator.build(model, mask), simulation, mask=mask)
 
 
 def divergence_hint(config) -> str:

@@ -172,7 +172,7 @@ class FedLAMAProcess(fedavg.FedAvgSSLProcess):
 
   def __init__(self, model, image_shape, server_optimizer, config: ClientConfig,
                simulation, lama: FedLAMAConfig):
-    mask = common.TensorMask.all(len(model.weight_specs))
+    mask = common.TensorMask.require_all(model, "FedLAMA")
     layout = aggregators.ModelLayout.from_model(model, "layer")
     self.lama = lama
     self.group_index = np.array(layout.group_index)

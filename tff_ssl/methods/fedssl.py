@@ -229,7 +229,7 @@ SSL = ("byol",)  # FedBYOL, FedU and FedEMA are BYOL's federated forms.
 def build(config, model, image_shape, stateful: StatefulConfig):
   """The FedAvg-style process of `config` whose clients keep a `SiameseClientState`."""
   fedavg_config, aggregator, simulation = fedavg.process_config(config)
-  mask = common.TensorMask.all(len(model.weight_specs))
+  mask = common.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
                              fedavg_config.moco_queue if method.queue else 0)

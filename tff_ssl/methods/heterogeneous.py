@@ -104,6 +104,8 @@ class HeterogeneousProcess:
     if len(models) != len(labels) or not models:
       raise ValueError("a heterogeneous process needs one label per model, and a model")
     self.models, self.labels = list(models), list(labels)
+    for m in self.models:
+      common.TensorMask.require_all(m, "heterogeneous FedFoA")
     dims = {m.output_dims[0] for m in self.models}
     if len(dims) != 1:
       raise ValueError(f"the architectures' projections must share one dimension (the calibration); "

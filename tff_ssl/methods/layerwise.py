@@ -40,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_ssl import optim
-from tff_ssl.federated import common, ssl_model
+from tff_ssl.federated import client_work, common, ssl_model
 from tff_ssl.methods import alignment, depth_dropout, fedavg
 from tff_ssl.federated.client_work import ClientConfig, local_training
 from tff_ssl.federated.common import ServerState
@@ -135,8 +135,10 @@ class LayerwiseProcess(GlobalModel):
     return stage_of(round_num, self.rounds, self.depth)
 
   def stage_mask(self, stage: int) -> common.TensorMask:
-    return common.TensorMask.from_names(self.stage_models[stage - 1].names,
-                                        lambda n: trained(n, stage, self.layerwise.schedule))
+    model = self.stage_models[stage - 1]
+    frozen = {n for n, f in zip(model.names, model.frozen) if f}
+    return common.TensorMask.from_names(
+        model.names, lambda n: trained(n, stage, self.layerwise.schedule) and n not in frozen)
 
   def process(self, stage: int) -> fedavg.FedAvgSSLProcess:
     """Stage `stage`'s FedAvg-style process (built at its first use)."""
@@ -163,16 +165,26 @@ class LayerwiseProcess(GlobalModel):
   def calibrator(self, stage: int):
     """Stage `stage`'s server-side calibration (LW-FedSSL): (the stage model's weights, the round's
     seed, the auxiliary images and ids) -> (the weights after the clients' local training recipe,
-    every tensor trained, on the auxiliary images with the SSL loss alone; its mean loss)."""
+    every tensor trained but the frozen ones, on the auxiliary images with the SSL loss alone; its
+    mean loss).
+
+    Its optimizer is the clients' (`ClientConfig.schedule`): restarted each round, and with
+    `client_lr_schedule=warmup_cosine` its step s of S (S = local_steps x floor(auxiliary images /
+    local_batch_size)) in round r takes the rate at progress (r + s / S) / rounds, as a client's step
+    s of its own S_k: the calibration runs the same part of the schedule as the round's clients, in
+    its own number of steps."""
     if stage not in self._calibrators:
       model = self.stage_models[stage - 1]
       cfg = self.fedavg_config.without(alignment.RepresentationAlignment)
 
       @tf.function(autograph=False)
       def calibrate(weights, seed, images, ids):
+        round_num = common.round_of(seed)  # The schedule's round (before the seed is folded).
         seed = tf.random.experimental.stateless_fold_in(seed, CALIBRATION_KEY)
         delta, _, mean_loss, _ = local_training(model, cfg, weights, seed,
-                                                {"images": images, "ids": ids})
+                                                {"images": images, "ids": ids},
+                                                mask=common.TensorMask.of_model(model),
+                                                round_num=round_num)
         return [w - d for w, d in zip(weights, delta)], mean_loss
       self._calibrators[stage] = calibrate
     return self._calibrators[stage]
@@ -210,6 +222,7 @@ class LayerwiseProcess(GlobalModel):
     for n, w in zip(names, stepped.weights):
       weights[self._index[n]] = np.asarray(w)
     measurements = collections.OrderedDict(out["measurements"])
+    measurements.update(client_work.schedule_measurements(self.fedavg_config, state.round_num))
     if self.layerwise.calibration:
       if self.auxiliary is None:
         raise ValueError("LW-FedSSL's server-side calibration needs the server's auxiliary images "

@@ -4,13 +4,15 @@ LW-FedSSL's layer-wise training (its encoder: ViT-Tiny, 12 blocks, dim 192, 3 he
     images [B, H, W, C] -> patch_embed (a p x p convolution of stride p: one token per patch)
       -> tokens: a learned class token in front; fixed 2-D sin-cos position embeddings (MoCo v3's)
       -> block1 .. blockL, each pre-norm: x + MHSA(LN(x)), then x + MLP(LN(x)) (GELU, mlp_ratio x dim)
-      -> norm (LayerNorm) -> the class token's features [B, dim]
+      -> norm (LayerNorm) -> the readout [B, dim]: the class token's features (`readout="cls"`), or
+         the mean of the patch tokens' (`readout="mean"`: no class token is made)
 
 Every weight's path names its block (`encoder/block3_attn/query/kernel`, `encoder/block3_mlp1/kernel`;
 the patch embedding and the class token are `encoder/patch_embed/...`, `encoder/tokens/cls`), which is
 what a layer-wise method's `TensorMask` selects by. LayerNorm is per token: nothing depends on the
 batch, so one-image clients train as with the GroupNorm ResNets. LW-FedSSL trains the patch
-projection (MoCo v3 freezes it); so do we.
+projection; MoCo v3 freezes it at its random initialization for stability (`freeze_patch_embed`: the
+layer is not trainable, its weights stay in the model, every trainer leaves them as they are).
 
   vit_tiny  12 blocks, dim 192, 3 heads, MLP ratio 4: the LW-FedSSL paper's encoder
   vit_mini   6 blocks, dim  96, 3 heads, MLP ratio 2: the CPU tables' encoder
@@ -50,6 +52,11 @@ DEPTH = Field("depth", 0, "ViT encoders: the number of transformer blocks (0: th
               "12 for vit_tiny, 6 for vit_mini).", lower=0, note="0: the encoder's own")
 PATCH_SIZE = Field("patch_size", 0, f"ViT encoders: pixels per patch side; must divide the image "
                    f"size (0: {DEFAULT_PATCH}).", lower=0, note=f"0: {DEFAULT_PATCH}")
+READOUTS = ("cls", "mean")
+READOUT = Field("readout", "cls", "ViT encoders: the features, the class token's (cls) or the mean "
+                "of the patch tokens' (mean), after the final LayerNorm.", choices=READOUTS)
+FREEZE_PATCH_EMBED = Field("freeze_patch_embed", False, "ViT encoders: keep the patch projection at "
+                           "its random initialization (MoCo v3's stability trick).")
 
 
 def sincos_position_embedding(grid_h: int, grid_w: int, dim: int) -> np.ndarray:
@@ -68,27 +75,31 @@ def sincos_position_embedding(grid_h: int, grid_w: int, dim: int) -> np.ndarray:
 
 
 class Tokens(tf.keras.layers.Layer):
-  """Prepends the learned class token to the patch tokens and adds the fixed position embeddings
-  (the class token's position embedding is zero, as MoCo v3's)."""
+  """Prepends the learned class token to the patch tokens (`class_token`) and adds the fixed
+  position embeddings (the class token's position embedding is zero, as MoCo v3's)."""
 
-  def __init__(self, grid: tuple[int, int], **kwargs):
+  def __init__(self, grid: tuple[int, int], class_token: bool = True, **kwargs):
     super().__init__(**kwargs)
-    self.grid = tuple(grid)
+    self.grid, self.class_token = tuple(grid), class_token
 
   def build(self, input_shape):
     dim = int(input_shape[-1])
-    self.cls = self.add_weight(name="cls", shape=(1, 1, dim),
-                               initializer=tf.keras.initializers.RandomNormal(stddev=1e-6))
     pos = sincos_position_embedding(self.grid[0], self.grid[1], dim)
-    self._pos = np.concatenate([np.zeros((1, dim), np.float32), pos])[None]
+    if self.class_token:
+      self.cls = self.add_weight(name="cls", shape=(1, 1, dim),
+                                 initializer=tf.keras.initializers.RandomNormal(stddev=1e-6))
+      pos = np.concatenate([np.zeros((1, dim), np.float32), pos])
+    self._pos = pos[None]
     super().build(input_shape)
 
   def call(self, patches):
-    cls = tf.tile(tf.cast(self.cls, patches.dtype), [tf.shape(patches)[0], 1, 1])
-    return tf.concat([cls, patches], axis=1) + tf.constant(self._pos, patches.dtype)
+    if self.class_token:
+      cls = tf.tile(tf.cast(self.cls, patches.dtype), [tf.shape(patches)[0], 1, 1])
+      patches = tf.concat([cls, patches], axis=1)
+    return patches + tf.constant(self._pos, patches.dtype)
 
   def get_config(self):
-    return {**super().get_config(), "grid": self.grid}
+    return {**super().get_config(), "grid": self.grid, "class_token": self.class_token}
 
 
 class ClassToken(tf.keras.layers.Layer):
@@ -96,6 +107,13 @@ class ClassToken(tf.keras.layers.Layer):
 
   def call(self, tokens):
     return tokens[:, 0]
+
+
+class MeanToken(tf.keras.layers.Layer):
+  """The mean of the patch tokens' features: [B, N, D] (no class token) -> [B, D]."""
+
+  def call(self, tokens):
+    return tf.reduce_mean(tokens, axis=1)
 
 
 _KEEP = contextvars.ContextVar("tff_ssl_vit_block_keep", default=None)
@@ -155,9 +173,11 @@ class Block(tf.keras.layers.Layer):
 
 
 def build_vit(spec_name: str, input_shape: Sequence[int], *, width: float = 1.0, depth: int = 0,
-              patch_size: int = 0, small_input: bool = True, stem_stride: int = 1,
+              patch_size: int = 0, readout: str = "cls", freeze_patch_embed: bool = False,
+              small_input: bool = True, stem_stride: int = 1,
               name: str | None = None) -> tf.keras.Model:
-  """A ViT encoder mapping images [B, H, W, C] (floats in [0, 1]) to class-token features [B, dim].
+  """A ViT encoder mapping images [B, H, W, C] (floats in [0, 1]) to features [B, dim]: the class
+  token's (`readout="cls"`) or the mean of the patch tokens' (`readout="mean"`).
 
   `small_input` (the ResNets' stem choice) does not apply: a ViT's patches work at any size."""
   del small_input
@@ -171,6 +191,8 @@ def build_vit(spec_name: str, input_shape: Sequence[int], *, width: float = 1.0,
     raise ValueError(f"width multiplier must be > 0; got {width}")
   DEPTH.check(depth)
   PATCH_SIZE.check(patch_size)
+  READOUT.check(readout)
+  FREEZE_PATCH_EMBED.check(freeze_patch_embed)
   patch = patch_size or DEFAULT_PATCH
   h, w = int(input_shape[0]), int(input_shape[1])
   if patch < 1 or h % patch or w % patch:
@@ -180,10 +202,13 @@ def build_vit(spec_name: str, input_shape: Sequence[int], *, width: float = 1.0,
   # A multiple of 4 * heads: whole heads, and the sin-cos embedding's four quarters.
   dim = max(4 * heads, int(round(spec.dim * width / (4 * heads))) * 4 * heads)
   inputs = tf.keras.Input(shape=tuple(input_shape), name="images")
-  x = tf.keras.layers.Conv2D(dim, patch, strides=patch, name="patch_embed")(inputs)
+  x = tf.keras.layers.Conv2D(dim, patch, strides=patch, name="patch_embed",
+                             trainable=not freeze_patch_embed)(inputs)
   x = tf.keras.layers.Reshape(((h // patch) * (w // patch), dim), name="patches")(x)
-  x = Tokens((h // patch, w // patch), name="tokens")(x)
+  x = Tokens((h // patch, w // patch), class_token=readout == "cls", name="tokens")(x)
   for i in range(1, (depth or spec.depth) + 1):
     x = Block(i, dim, heads, spec.mlp_ratio)(x)
   x = tf.keras.layers.LayerNormalization(epsilon=1e-6, name="norm")(x)
-  return tf.keras.Model(inputs, ClassToken(name="cls_features")(x), name=name or spec_name)
+  features = (ClassToken(name="cls_features") if readout == "cls" else
+              MeanToken(name="mean_features"))(x)
+  return tf.keras.Model(inputs, features, name=name or spec_name)

@@ -41,8 +41,10 @@ BATCH_SIZE = Field("batch_size", 256, "Pretraining batch size (>= 2: the SSL los
                    "within a batch).", lower=2)
 OPTIMIZER = Field("optimizer", "adam", "Pretraining optimizer (tff_ssl.optim).",
                   choices=lambda: optim.names("centralized"))
-LEARNING_RATE = Field("learning_rate", 2e-3, "Initial pretraining learning rate (cosine decay).",
-                      lower=0, open_lower=True)
+LEARNING_RATE = Field("learning_rate", 2e-3, "Peak pretraining learning rate (cosine decay, after "
+                      "the warm-up of --warmup_fraction).", lower=0, open_lower=True)
+WEIGHT_DECAY = Field("weight_decay", 0.0, "Pretraining weight decay: decoupled, w -= lr * "
+                     "weight_decay * w a step (AdamW's; MoCo v3's ViTs: 0.1).", lower=0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,11 +60,13 @@ class PretrainConfig:
   moco_queue: int = moco_loss.DEFAULT_QUEUE  # MoCo: negative keys in the queue.
   optimizer: str = "adam"
   learning_rate: float = 5e-3
+  weight_decay: float = 0.0
+  warmup_fraction: float = 0.0  # Linear warm-up over this fraction of the steps, then cosine.
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
   seed: int = 0
 
   def __post_init__(self):
-    for spec in (STEPS, BATCH_SIZE, OPTIMIZER, LEARNING_RATE):
+    for spec in (STEPS, BATCH_SIZE, OPTIMIZER, LEARNING_RATE, WEIGHT_DECAY, optim.WARMUP_FRACTION):
       spec.check(getattr(self, spec.name))
     if self.ssl not in CENTRALIZED_SSL:
       raise ValueError(f"centralized pretraining trains with ssl in {list(CENTRALIZED_SSL)}; got "
@@ -168,7 +172,8 @@ def pretrain(model: SSLModel, images: np.ndarray, config: PretrainConfig, *,
   if method.queue:
     dim = model.projector.output_shape[-1]
     queue = tf.Variable(tf.zeros([config.moco_queue, dim]), trainable=False, name="moco_queue")
-  optimizer = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps)
+  optimizer = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps,
+                                   config.weight_decay, config.warmup_fraction)
   train_step = make_train_step(model, config, optimizer, target, queue)
   batches = batch_indices(images.shape[0], config.batch_size, config.seed)
   history = []
@@ -191,7 +196,8 @@ def pretrain_config(config) -> PretrainConfig:
       steps=config.steps, batch_size=config.batch_size, ssl=config.ssl,
       cco_lambda=config.cco_lambda, temperature=config.temperature,
       target_decay=config.target_decay, moco_queue=config.moco_queue, optimizer=config.optimizer,
-      learning_rate=config.learning_rate, augment=config.augment_config(), seed=config.seed)
+      learning_rate=config.learning_rate, weight_decay=config.weight_decay,
+      warmup_fraction=config.warmup_fraction, augment=config.augment_config(), seed=config.seed)
 
 
 METHOD = Method(
