@@ -193,6 +193,45 @@ def baselines(table: Table, output_dir: str) -> dict[str, dict[str, float]]:
   return found
 
 
+# The fields that make an encoder's architecture and so its initialization (`build_encoder`).
+ENCODER_FIELDS = ("encoder", "width", "stem_stride", "pool_grid", "depth", "patch_size", "readout")
+
+
+def encoder_key(config) -> str:
+  """The architecture of `config`'s encoder, as a key ("vit_mini width=2.0 ...")."""
+  return " ".join([config.encoder] + [f"{f}={getattr(config, f)}" for f in ENCODER_FIELDS[1:]])
+
+
+def encoder_baselines(table: Table, output_dir: str, todo) -> dict:
+  """The random-init baseline of every cell whose encoder is not the table's (a row trying another
+  width, depth, patch size or readout): that encoder at its initialization under the gate's
+  evaluations, as `Table.cell_baselines` gives them, {(row, column): {evaluation: {"random_init":
+  acc}}}. Computed once per architecture and output folder (random_init.json, "encoders")."""
+  first = table.cell_config(next(r for r in table.rows if not r.supervised), None)
+  cells_ = [c for c in todo if not c.row.supervised and
+            encoder_key(table.cell_config(c.row, c.column)) != encoder_key(first)]
+  if not cells_:
+    return {}
+  path = os.path.join(output_dir, "random_init.json")
+  stored = _read_json(path) if os.path.exists(path) else {}
+  found = stored.setdefault("encoders", {})
+  evaluations = [e for e in table.evaluations if e.key in table.gate_keys]
+  out = {}
+  for cell in cells_:
+    config = table.cell_config(cell.row, cell.column)
+    key = encoder_key(config)
+    if any(e.key not in found.get(key, {}) for e in evaluations):
+      train, test = experiment.load_splits(config)
+      tf.keras.utils.set_random_seed(config.seed)
+      encoder = config.build_encoder(train.image_shape)
+      found[key] = {e.key: evaluation.evaluate(encoder, train, test, e.protocol)
+                    for e in evaluations}
+      _write_json(path, stored)
+    out[(cell.row.key, cell.column.key if cell.column is not None else "")] = {
+        k: {"random_init": v} for k, v in found[key].items()}
+  return out
+
+
 def reproduce(table: Table, output_dir: str, *, progress: bool = True,
               log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
   """Runs every cell of `table` not yet finished in `output_dir`; writes the table; returns results."""
@@ -238,7 +277,8 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
         tf.keras.backend.clear_session()
         bar.update(1)
     appendix = table.appendix(table, output_dir) if table.appendix else ""
-    cell_baselines = table.cell_baselines(table, output_dir) if table.cell_baselines else {}
+    cell_baselines = {**encoder_baselines(table, output_dir, todo),
+                      **(table.cell_baselines(table, output_dir) if table.cell_baselines else {})}
   except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the time spent counts all the same.
     _record_invocation(timing, timing_path, start)
     raise

@@ -160,9 +160,10 @@ class Gate:
 
 
   def compare(self, table: Table, records, better: str, base: str, column: str, strict: bool,
-              label: str = "") -> str | None:
+              label: str = "", within: float | None = None) -> str | None:
     """An ordering between two rows of one column at every gate evaluation (the main probe's label
-    seeds): "`label`: A a0 / a1 is above (strict) or at least B b0 / b1 (d0 / d1 points) — ...".
+    seeds): "`label`: A a0 / a1 is above (strict) or at least B b0 / b1 (d0 / d1 points) — ...";
+    with `within` (points), "is within `within` points of" instead (|a - b| <= within).
     It holds when it holds at every seed; where it holds at some and not at others it fails, naming
     the seeds. None when either cell lacks a gate evaluation."""
     ours = {(r["evaluation"], r["row"], r["column"]): r["ours"] for r in records}
@@ -170,9 +171,14 @@ class Gate:
     b = [ours.get((k, base, column)) for k in self.evaluations]
     if not all(isinstance(v, float) for v in a + b):
       return None
-    held = [x > y if strict else x >= y for x, y in zip(a, b)]
+    if within is not None:
+      held = [abs(100 * (x - y)) <= within for x, y in zip(a, b)]
+      words = f"is within {within:g} points of"
+    else:
+      held = [x > y if strict else x >= y for x, y in zip(a, b)]
+      words = "is above" if strict else "is at least"
     text = (f"{label + ': ' if label else ''}{table.row(better).name} "
-            f"{' / '.join(fmt(x) for x in a)} {'is above' if strict else 'is at least'} "
+            f"{' / '.join(fmt(x) for x in a)} {words} "
             f"{table.row(base).name} {' / '.join(fmt(y) for y in b)} "
             f"({' / '.join(f'{100 * (x - y):+.1f}' for x, y in zip(a, b))} points)")
     line = self.ordering(text, [(better, column), (base, column)], all(held))
