@@ -90,11 +90,12 @@ def test_each_clients_sgd_step_takes_the_rate_of_its_round(batch):
 
 
 def test_a_layerwise_run_follows_the_schedule_across_stages_and_a_kill_9_resume(tmp_path):
-  """FedMoCo-LW over 2 blocks, 6 rounds (3 a stage), warm-up over a third of the run: each round's
-  recorded client rate is the closed form at round / 6, through both stages; killed after its round-3
-  checkpoint (the first round of stage 2 next) and rerun, it gives the same losses and rates, bit
-  for bit, as the uninterrupted run."""
-  args = ["--task=synthetic_dcco_smoke", "--method=fedmoco_lw", "--ssl=mocov3", "--encoder=vit_mini",
+  """LW-FedSSL (its calibration trains with the clients' schedule) over 2 blocks, 6 rounds (3 a
+  stage), warm-up over a third of the run: each round's recorded client rate is the closed form at
+  round / 6, through both stages; killed after its round-3 checkpoint (the first round of stage 2
+  next) and rerun, it gives the same losses, calibration losses and rates, bit for bit, as the
+  uninterrupted run."""
+  args = ["--task=synthetic_dcco_smoke", "--method=lw_fedssl", "--auxiliary_fraction=0.005", "--ssl=mocov3", "--encoder=vit_mini",
           "--patch_size=7", "--depth=2", "--width=0.25", "--projector=16,8", "--predictor=16,8",
           "--temperature=0.2", "--server_optimizer=sgd", "--server_learning_rate=1.0",
           "--server_lr_schedule=constant", "--client_optimizer=adamw",
@@ -113,6 +114,7 @@ def test_a_layerwise_run_follows_the_schedule_across_stages_and_a_kill_9_resume(
   rates = [float(r[column]) for r in rows[1:]]
   assert rates == pytest.approx([closed_form(1e-3, r / 6, 0.34) for r in range(6)], rel=1e-6)
   assert rates[0] == 0 and max(rates) == rates[2]  # Stage 1's rounds warm up; stage 2's decay.
+  assert "calibration_loss" in rows[0]
 
   child = subprocess.Popen([sys.executable, train, f"--output_dir={killed}", *args],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

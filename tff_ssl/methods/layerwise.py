@@ -181,11 +181,11 @@ class LayerwiseProcess(GlobalModel):
       def calibrate(weights, seed, images, ids):
         round_num = common.round_of(seed)  # The schedule's round (before the seed is folded).
         seed = tf.random.experimental.stateless_fold_in(seed, CALIBRATION_KEY)
+        mask = common.TensorMask.of_model(model)
         delta, _, mean_loss, _ = local_training(model, cfg, weights, seed,
-                                                {"images": images, "ids": ids},
-                                                mask=common.TensorMask.of_model(model),
+                                                {"images": images, "ids": ids}, mask=mask,
                                                 round_num=round_num)
-        return [w - d for w, d in zip(weights, delta)], mean_loss
+        return mask.merge([w - d for w, d in zip(mask.select(weights), delta)], weights), mean_loss
       self._calibrators[stage] = calibrate
     return self._calibrators[stage]
 
