@@ -16,16 +16,18 @@ from tff_ssl.tables import TUNED_GATE
 
 def test_rows_are_the_recipe_and_the_levers_in_turn():
   table = tasks.get_table("centralized_gate_vit", "mini")
-  assert [r.key for r in table.rows] == ["cls", "mean", "mean_w192", "mean_d8", "mean_p4"]
+  assert [r.key for r in table.rows] == ["cls", "mean", "mean_frozen", "mean_w192", "mean_d8",
+                                         "mean_p4"]
   configs = {r.key: table.cell_config(r, None) for r in table.rows}
   for c in configs.values():
     assert (c.method, c.ssl, c.encoder, c.optimizer, c.weight_decay, c.warmup_fraction) == (
         "centralized", "mocov3", "vit_mini", "adamw", 0.1, 0.1)
     assert (c.freeze_patch_embed, c.head_norm, c.crop_min_scale, c.batch_size, c.steps) == (
-        True, "batch", 0.5, 128, 3000)
+        c.readout == "mean" and c is configs["mean_frozen"], "batch", 0.5, 128, 3000)
   differs = {k: {f for f in reproduce.ENCODER_FIELDS if getattr(c, f) != getattr(configs["cls"], f)}
              for k, c in configs.items()}
-  assert differs == {"cls": set(), "mean": {"readout"}, "mean_w192": {"readout", "width"},
+  assert differs == {"cls": set(), "mean": {"readout"}, "mean_frozen": {"readout"},
+                     "mean_w192": {"readout", "width"},
                      "mean_d8": {"readout", "depth"}, "mean_p4": {"readout", "patch_size"}}
   assert table.gate_keys == TUNED_GATE
 
@@ -44,7 +46,9 @@ def test_other_encoders_get_their_own_random_init_once_per_architecture(tmp_path
                       lambda config: (synthetic("train", num_examples=8), synthetic("test", num_examples=8)))
   out = str(tmp_path)
   own = reproduce.encoder_baselines(table, out, todo)
-  assert set(own) == {("mean", ""), ("mean_w192", ""), ("mean_d8", ""), ("mean_p4", "")}
+  assert set(own) == {("mean", ""), ("mean_frozen", ""), ("mean_w192", ""), ("mean_d8", ""),
+                      ("mean_p4", "")}
+  assert own[("mean", "")] == own[("mean_frozen", "")]  # Freezing does not change the initialization.
   assert len(calls) == 8  # Four architectures, two gate seeds each.
   wide = own[("mean_w192", "")]
   assert wide["tuned_10_s1"]["random_init"] - wide["tuned_10_s0"]["random_init"] == pytest.approx(

@@ -8,8 +8,10 @@ have BatchNorm (`--head_norm=batch`), the default heads here GroupNorm (batch-fr
 
 `vit_recipe(federated)`: MoCo v3's training of ViTs (its Section 4 and public configs), as the fields
 that set it: AdamW with decoupled weight decay 0.1, a linear warm-up then cosine decay over the whole
-run (40 of 300 epochs in the paper; here a tenth of the steps or rounds), the patch projection frozen
-at its random initialization, batch-statistics heads. Federated, the clients' optimizer follows it
+run (40 of 300 epochs in the paper; here a tenth of the steps or rounds), batch-statistics heads.
+MoCo v3's freezing of the patch projection at its random initialization is an option beside it
+(`--freeze_patch_embed`), off in the recipe: LW-FedSSL trains the patch projection ("we follow MoCo
+v3, except that we train the patch projection layer"). Federated, the clients' optimizer follows it
 (`client_lr_schedule=warmup_cosine`: the rate is a function of the round and the local step, across
 rounds, stages and resumes). The ViT tables and gate start from it; a flag's default never changes
 with another flag, so `--encoder=vit_mini` alone does not turn it on.
@@ -42,8 +44,7 @@ VIT_WARMUP_FRACTION = 0.1  # Of the run (the paper: 40 of 300 epochs on ImageNet
 def vit_recipe(federated: bool) -> dict[str, Any]:
   """The config fields of MoCo v3's ViT recipe (module docstring), for centralized pretraining or
   (`federated`) for FedAvg-style clients; the learning rate and the run's length are the caller's."""
-  shared = {"ssl": "mocov3", "head_norm": "batch", "freeze_patch_embed": True,
-            "warmup_fraction": VIT_WARMUP_FRACTION}
+  shared = {"ssl": "mocov3", "head_norm": "batch", "warmup_fraction": VIT_WARMUP_FRACTION}
   if federated:
     return {**shared, "client_optimizer": "adamw", "client_weight_decay": VIT_WEIGHT_DECAY,
             "client_lr_schedule": "warmup_cosine"}
