@@ -128,3 +128,15 @@ def test_a_frozen_patch_projection_is_bit_identical_after_training_and_the_rest_
   centralized.pretrain(keras_model, train.images, cen.pretrain_config(), build=build)
   for w, before in zip(keras_model.encoder.weights, start):
     assert np.array_equal(w.numpy(), before) == w.name.startswith("patch_embed/"), w.name
+
+
+def test_methods_that_train_every_tensor_refuse_a_frozen_one_in_one_line():
+  from tff_ssl import runner  # pylint: disable=g-import-not-at-top
+  cfg = ExperimentConfig(method="dcco", encoder="vit_mini", patch_size=7, depth=1, width=0.25,
+                         projector=(8,), dataset="synthetic", freeze_patch_embed=True)
+  tf.keras.utils.set_random_seed(0)
+  model = FunctionalModel(runner.ssl_model_builder(cfg, (28, 28, 1)))
+  with pytest.raises(ValueError, match=r"^DCCO trains every tensor of the model; "
+                                       r"'encoder/patch_embed/kernel' is frozen \(drop "
+                                       r"--freeze_patch_embed\)$"):
+    runner.build_process(cfg, model, (28, 28, 1))
