@@ -69,7 +69,7 @@ SHARED_FIELDS = (
     Field("download", False, "Let tfds download a missing dataset (needs the internet)."),
     Field("encoder", "resnet14", "Encoder backbone.", choices=lambda: models.ENCODERS),
     _gt0("width", 1.0, "Encoder width multiplier."),
-    models.resnet.STEM_STRIDE, models.resnet.POOL_GRID, models.vit.DEPTH, models.vit.PATCH_SIZE,
+    models.resnet.STEM_STRIDE, models.resnet.POOL_GRID, models.resnet.WEIGHT_STANDARDIZATION, models.vit.DEPTH, models.vit.PATCH_SIZE,
     models.vit.READOUT, models.vit.FREEZE_PATCH_EMBED,
     Field("projector", (512, 512, 512), "Projector layer sizes, e.g. 1024,1024,1024.", item=int,
           lower=1),
@@ -102,6 +102,9 @@ SHARED_FIELDS = (
     Field("knn_every", 0, "Federated runs: rounds between kNN monitors (k = 200, t = 0.1 on every "
           "train label, FedEMA's code), also run at the end; 0: none.", lower=0,
           note="0: no kNN monitor"),
+    Field("measure_weight_norms", False, "Federated runs: write each kernel's norm over its "
+          "initial norm after every round (`kernel_norm/*` in aggregation.csv): how aggregation "
+          "changes the global model's scale."),
     Field("checkpoint_every", 10, "Rounds between checkpoints (a SavedModel write costs seconds).",
           lower=1),
     grouping.SIMULATION, grouping.GROUP_SIZE,
@@ -141,6 +144,9 @@ class _ExperimentConfig:
     if self.encoder not in models.RESNETS and self.stem_stride != 1:
       raise ValueError(f"stem_stride is a ResNet option; encoder {self.encoder!r} is not a ResNet "
                        f"(drop --stem_stride)")
+    if self.encoder not in models.RESNETS and not self.weight_standardization:
+      raise ValueError(f"weight_standardization is a ResNet option; encoder {self.encoder!r} is not "
+                       f"a ResNet (drop --noweight_standardization)")
     if self.encoder not in models.RESNETS and self.pool_grid != 1:
       raise ValueError(f"pool_grid is a ResNet option; encoder {self.encoder!r} is not a ResNet "
                        f"(drop --pool_grid)")
@@ -194,6 +200,8 @@ class _ExperimentConfig:
     return models.build_encoder(self.encoder, image_shape, width=self.width,
                                 small_input=image_shape[0] <= 64, stem_stride=self.stem_stride,
                                 **({"pool_grid": self.pool_grid} if self.pool_grid != 1 else {}),
+                                **({} if self.weight_standardization else
+                                   {"weight_standardization": False}),
                                 depth=self.depth, patch_size=self.patch_size, name=name,
                                 **({"readout": self.readout,
                                     "freeze_patch_embed": self.freeze_patch_embed}

@@ -11,6 +11,7 @@ resumes after the latest checkpoint; since client sampling and augmentations are
 from __future__ import annotations
 
 import asyncio
+import collections
 import csv
 import os
 import sys
@@ -219,6 +220,10 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
         raise FloatingPointError(
             f"round {r}: loss became {metrics['loss']}; {methods.get(config.method).hint(config)} "
             f"in a new --output_dir ({output_dir}: {kept})")
+      if config.measure_weight_norms and len(state.weights) == len(model.names):
+        metrics["aggregation"] = collections.OrderedDict(
+            list((metrics.get("aggregation") or {}).items()) +
+            list(common.kernel_norms(model.names, model.initial_weights, state.weights).items()))
       released = {"loss": np.float32(metrics["loss"])}
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
         released["linear_probe_accuracy"] = np.float32(_evaluate(

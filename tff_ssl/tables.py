@@ -81,6 +81,8 @@ class Row:
   # (0: the table's), e.g. a row whose probe is dear (FedFoA's heterogeneous cells probe four
   # encoders).
   curve_every: int = 0
+  # The columns this row runs in (empty: every column), e.g. a control run only where it is needed.
+  columns: tuple[str, ...] = ()
 
   @property
   def method(self) -> methods.Method:
@@ -100,6 +102,8 @@ class Row:
 
   def skip_reason(self, column: Column) -> str | None:
     """Why this row has no result in `column` (None: it runs)."""
+    if self.columns and column.key not in self.columns:
+      return f"this row runs only in {', '.join(self.columns)}"
     config = column.apply(self.config)
     if (self.federated and config.partition != "dirichlet_split" and
         config.samples_per_client < self.method.min_samples(config)):
@@ -189,6 +193,11 @@ class Table:
                             self.row(r.select_with).select_with):
         raise ValueError(f"table {self.name}: row {r.key!r} selects with {r.select_with!r}, which "
                          f"must be a row of the same candidate learning rates that runs pilots")
+    for r in self.rows:
+      stray = sorted(set(r.columns) - {c.key for c in self.columns})
+      if stray:
+        raise ValueError(f"table {self.name}: row {r.key!r} names column {stray[0]!r}, which is not "
+                         f"one of {[c.key for c in self.columns]}")
     if self.selection_column not in {c.key for c in self.columns}:
       raise ValueError(f"table {self.name}: selection column {self.selection_column!r} is not one of "
                        f"{[c.key for c in self.columns]}")
@@ -282,6 +291,17 @@ class Table:
       return tuple(x for x in have if x.key in wanted)
     kept_rows = keep("row", rows, self.rows)
     kept_columns = keep("column", columns, self.columns)
+    column_keys = {c.key for c in kept_columns}
+    restricted = []  # Rows that run only in some columns keep those of them that are kept.
+    for r in kept_rows:
+      if r.columns and not set(r.columns) & column_keys:
+        if rows is not None:
+          raise ValueError(f"row {r.key!r} runs only in column {', '.join(r.columns)}; select it "
+                           f"too")
+        continue
+      restricted.append(dataclasses.replace(r, columns=tuple(c for c in r.columns
+                                                             if c in column_keys)))
+    kept_rows = tuple(restricted)
     keys = {r.key for r in kept_rows}
     for r in kept_rows:
       if r.select_with and r.select_with not in keys:

@@ -20,22 +20,10 @@ from tff_ssl import runtime  # noqa: E402
 
 runtime.install()  # Before TFF is imported: no orphan worker on any exit path.
 
-import numpy as np  # noqa: E402
 
 from tff_ssl import experiment, methods, tables  # noqa: E402
 from tff_ssl import runner  # noqa: E402
-
-
-def norm_ratios(names, initial, weights) -> dict[str, float]:
-  """Mean over layers of ||kernel|| / ||initial kernel||, per kind: conv (incl. projection shortcuts)
-  and dense kernels."""
-  kinds: dict[str, list[float]] = {"conv": [], "dense": []}
-  for name, w0, w in zip(names, initial, weights):
-    if not name.endswith("/kernel"):
-      continue
-    kind = "dense" if "dense" in name else "conv"
-    kinds[kind].append(float(np.linalg.norm(w) / np.linalg.norm(w0)))
-  return {k: float(np.mean(v)) for k, v in kinds.items() if v}
+from tff_ssl.federated import common  # noqa: E402
 
 
 def main(argv) -> int:
@@ -55,7 +43,8 @@ def main(argv) -> int:
     runtime.configure_context()
     for r, model, weights, metrics in runner.trajectory(config, train, int(rounds)):
       delta = (metrics.get("aggregation") or {}).get("model_delta")
-      ratios = norm_ratios(model.names, model.initial_weights, weights)
+      norms = common.kernel_norms(model.names, model.initial_weights, weights)
+      ratios = {k[len("kernel_norm_"):]: v for k, v in norms.items() if k.startswith("kernel_norm_")}
       print(f"round {r}: loss {float(metrics['loss']):.2f}"
             + (f", model_delta {float(delta):.3f}" if delta is not None else "")
             + "".join(f", {k} kernel norm / initial {v:.3f}" for k, v in ratios.items()),

@@ -162,3 +162,32 @@ def test_pool_grid_finer_than_the_last_feature_map_is_refused():
   assert models.resnet.last_feature_size("resnet50", 96, small_input=False) == 3
   with pytest.raises(ValueError, match="pool_grid 3 exceeds resnet18's last feature map of 2 x 2"):
     models.build_encoder("resnet18", (28, 28, 1), stem_stride=2, pool_grid=3)
+
+
+@pytest.mark.parametrize("standardize", [True, False])
+def test_every_convolution_is_invariant_to_its_kernels_scale_with_or_without_ws(standardize):
+  """`weight_standardization=False` (the Barlow Twins collapse's control run) builds plain Conv2D
+  layers, each still followed by GroupNorm: scaling any kernel leaves the features unchanged either
+  way, so L-DAWA's shrinking of a kernel changes the next step's size, not the function."""
+  enc = models.build_encoder("resnet14", (28, 28, 1), stem_stride=2,
+                             weight_standardization=standardize)
+  convs = [l for l in _layers(enc) if isinstance(l, tf.keras.layers.Conv2D)]
+  assert len(convs) == 15 and all(isinstance(l, WSConv2D) == standardize for l in convs)
+  x = tf.random.stateless_uniform((4, 28, 28, 1), seed=[3, 4])
+  before = enc(x).numpy()
+  for layer, s in zip(convs, [0.5, 3.0, 2.0] * 5):
+    layer.kernel.assign(s * layer.kernel)
+  np.testing.assert_allclose(enc(x).numpy(), before, rtol=2e-3, atol=2e-3)
+
+
+def test_weight_standardization_is_a_resnet_option():
+  from tff_ssl.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match=r"^weight_standardization is a ResNet option; encoder "
+                                       r"'vit_mini' is not a ResNet \(drop "
+                                       r"--noweight_standardization\)$"):
+    ExperimentConfig(encoder="vit_mini", weight_standardization=False)
+  config = ExperimentConfig(encoder="resnet14", stem_stride=2, weight_standardization=False)
+  layers = _layers(config.build_encoder((28, 28, 1)))
+  assert not any(isinstance(l, WSConv2D) for l in layers)
+  assert any(isinstance(l, WSConv2D) for l in _layers(ExperimentConfig().build_encoder(
+      (28, 28, 1))))

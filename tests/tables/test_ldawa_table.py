@@ -6,6 +6,7 @@ import csv
 import json
 import os
 
+import numpy as np
 import pytest
 
 import tasks
@@ -19,21 +20,30 @@ from tests.tables.mock_data import mock_cifar
 @pytest.mark.parametrize("scale", ["mini", "paper"])
 def test_grid_is_the_papers(scale):
   table = tasks.get_table("ldawa_table2", scale)
-  assert [r.key for r in table.rows] == ["fedavg", "loss", "fedu", "euc", "ldawa", "ldawa_fedavg",
-                                         "ldawa_loss", "ldawa_fedu"]
-  assert [e.label_fraction for e in table.evaluations] == [1.0, 0.1, 0.01]
+  paper_rows = ["fedavg", "loss", "fedu", "euc", "ldawa", "ldawa_fedavg", "ldawa_loss", "ldawa_fedu"]
+  extra = [] if scale == "paper" else ["ldawa_warmup", "fedavg_s1", "ldawa_s1", "ldawa_fedavg_s1",
+                                       "fedavg_nows", "ldawa_nows"]
+  assert [r.key for r in table.rows] == paper_rows + extra
+  fractions = [e.label_fraction for e in table.evaluations]
+  assert fractions == ([1.0, 0.1, 0.01] if scale == "paper" else [0.1, 0.1, 1.0, 0.1, 0.01])
   todo, skipped = reproduce.cells(table)
-  assert not skipped and len(todo) == 8 * len(table.columns)
-  aggregators = {"fedu": "fedavg", "ldawa_fedu": "ldawa_fedavg", "euc": "fedavg"}
+  # The control run's plain convolutions run in the Barlow Twins column only.
+  assert skipped == ({} if scale == "paper" else {
+      ("fedavg_nows", "simclr"): "this row runs only in barlow_twins",
+      ("ldawa_nows", "simclr"): "this row runs only in barlow_twins"})
+  assert len(todo) == len(table.rows) * len(table.columns) - len(skipped)
+  aggregators = {"fedu": "fedavg", "ldawa_fedu": "ldawa_fedavg", "euc": "fedavg",
+                 "ldawa_warmup": "ldawa", "fedavg_s1": "fedavg", "ldawa_s1": "ldawa",
+                 "ldawa_fedavg_s1": "ldawa_fedavg", "fedavg_nows": "fedavg", "ldawa_nows": "ldawa"}
   method = {"fedu": "fedu", "ldawa_fedu": "fedu", "euc": "fedlama"}
   for cell in todo:
     c = table.cell_config(cell.row, cell.column)
     assert c.aggregator == aggregators.get(cell.row.key, cell.row.key)
     assert (c.method, c.ssl) == (method.get(cell.row.key, "fedavg"),
                                  "simclr" if cell.column.key.endswith("simclr") else "cco")
-    # Cross-silo: 10 clients, all in every round, Dirichlet 0.1 over labels with unequal sizes.
+    # Cross-silo: all clients in every round, Dirichlet 0.1 over labels with unequal sizes.
     assert (c.num_clients, c.clients_per_round, c.partition, c.alpha) == (
-        10, 10, "dirichlet_split", 0.1)
+        (10, 10) if scale == "paper" else (5, 5)) + ("dirichlet_split", 0.1)
     # Client SGD lr 0.03, momentum 0.9, weight decay 1e-4; the server takes the aggregate as is.
     assert (c.client_optimizer, c.client_learning_rate, c.client_weight_decay) == (
         "sgdm", 0.03, 1e-4)
@@ -43,22 +53,29 @@ def test_grid_is_the_papers(scale):
     # Paper: ResNet-18; mini: the mini regime's ResNet-14 with grid pooling and milder crops.
     assert (c.encoder, c.pool_grid, c.crop_min_scale) == (
         ("resnet18", 1, 0.08) if scale == "paper" else ("resnet14", 2, 0.5))
+    assert c.seed == (1 if cell.row.key.endswith("_s1") else 0)
+    assert c.fedavg_warmup_rounds == (2 if cell.row.key == "ldawa_warmup" else 0)
+    assert c.weight_standardization == (not cell.row.key.endswith("_nows"))
     if c.ssl == "cco":  # Barlow Twins' lambda 5e-3 in CCO's lambda / (d - 1) form.
       assert c.cco_lambda == pytest.approx(5e-3 * (c.projector[-1] - 1))
+    if scale == "mini":  # Every cell records its kernel norms, and its divergence.
+      assert c.measure_weight_norms and c.head_norm == "batch"
+      assert c.measure_divergence == (c.aggregator in ("fedavg", "loss") and c.method != "fedlama")
   if scale == "paper":
     assert {c.key for c in table.columns} == {"cifar10_simclr", "cifar10_barlow_twins",
                                                "cifar100_simclr", "cifar100_barlow_twins"}
     c = table.cell_config(table.rows[0], table.column("cifar100_simclr"))
-    assert (c.dataset, c.rounds, c.local_steps, c.local_batch_size, c.width, c.split_samples) == (
-        "cifar100", 200, 10, 256, 1.0, 0)
+    assert (c.dataset, c.rounds, c.local_steps, c.local_batch_size, c.width, c.split_samples,
+            c.local_unit) == ("cifar100", 200, 10, 256, 1.0, 0, "epochs")
   else:
     c = table.cell_config(table.rows[0], table.columns[0])
-    assert c.dataset == "fashion_mnist" and c.rounds == ldawa_table2.MINI_ROUNDS
-    # The regime's amount of training: about its 3000 centralized steps of batch 128.
-    seen = c.split_samples * c.local_steps * c.rounds
-    assert 0.9 * 3000 * 128 <= seen <= 1.1 * 3000 * 128
+    assert c.dataset == "fashion_mnist_shifted" and c.rounds == ldawa_table2.MINI_ROUNDS
+    # The paper's order of local work: >= 150 steps a client a round, whatever its size.
+    assert (c.local_unit, c.local_steps, c.local_batch_size) == ("steps", 150, 64)
+    assert table.gate_keys == ("tuned_10_s0", "tuned_10_s1")
+    assert (c.projector, c.temperature) == ((128, 128, 64), 0.1)  # The gate's SimCLR heads.
     bt = table.cell_config(table.rows[0], table.column("barlow_twins"))
-    assert bt.cco_lambda == pytest.approx(2.555)  # Near the regime's CCO lambda of 2.
+    assert bt.projector == (512, 512, 512) and bt.cco_lambda == pytest.approx(2.555)
 
 
 def test_paper_numbers_are_table_2():
@@ -84,21 +101,69 @@ def test_paper_numbers_are_table_2():
 
 
 def test_checks_on_hand_made_numbers():
-  table = ldawa_table2.mini()
-  records = [{"evaluation": "linear_100", "row": row, "column": col, "ours": v}
-             for (row, col), v in {("fedavg", "simclr"): 0.70, ("ldawa", "simclr"): 0.72,
-                                   ("ldawa_fedavg", "simclr"): 0.69, ("loss", "simclr"): 0.60,
-                                   ("ldawa_loss", "simclr"): 0.61, ("fedu", "simclr"): 0.66,
-                                   ("ldawa_fedu", "simclr"): 0.66,
-                                   ("fedavg", "barlow_twins"): 0.65}.items()]
+  """The paper scale's checks read its one probe."""
+  table = ldawa_table2.paper()
+  records = [{"evaluation": "linear_100", "row": row, "column": col, "ours": v, "status": "ok"}
+             for (row, col), v in {("fedavg", "cifar10_simclr"): 0.70,
+                                   ("ldawa", "cifar10_simclr"): 0.72,
+                                   ("ldawa_fedavg", "cifar10_simclr"): 0.69,
+                                   ("loss", "cifar10_simclr"): 0.60,
+                                   ("ldawa_loss", "cifar10_simclr"): 0.61,
+                                   ("fedu", "cifar10_simclr"): 0.66,
+                                   ("ldawa_fedu", "cifar10_simclr"): 0.66,
+                                   ("fedavg", "cifar10_barlow_twins"): 0.65}.items()]
   lines = table.checks(table, records, gates.passing(records))
-  assert lines[0] == ("Fashion-MNIST SimCLR: L-DAWA 72.0 beats FedAvg 70.0 (+2.0 points) — holds")
-  assert lines[1].startswith("Fashion-MNIST SimCLR: L-DAWA_FedAvg 69.0 beats FedAvg")
+  assert lines[0] == "CIFAR-10 SimCLR: L-DAWA 72.0 beats FedAvg 70.0 (+2.0 points) — holds"
+  assert lines[1].startswith("CIFAR-10 SimCLR: L-DAWA_FedAvg 69.0 beats FedAvg")
   assert lines[1].endswith("— **fails**")
   assert lines[2].endswith("(+1.0 points) — holds")
-  assert lines[3] == ("Fashion-MNIST SimCLR: L-DAWA_FedU 66.0 beats FedU 66.0 (+0.0 points) — "
-                      "**fails**")
+  assert lines[3] == "CIFAR-10 SimCLR: L-DAWA_FedU 66.0 beats FedU 66.0 (+0.0 points) — **fails**"
   assert len(lines) == 4  # Barlow Twins has no L-DAWA result yet.
+
+
+def test_mini_checks_read_both_label_seeds_and_name_a_failed_run():
+  table = ldawa_table2.mini()
+  values = {("fedavg", "simclr"): (0.80, 0.81), ("ldawa", "simclr"): (0.82, 0.80),
+            ("fedavg_s1", "simclr"): (0.79, 0.79), ("ldawa_s1", "simclr"): (0.80, 0.81),
+            ("fedavg", "barlow_twins"): (0.75, 0.76)}
+  records = [{"evaluation": e, "row": row, "column": col, "ours": v[i], "status": "ok"}
+             for (row, col), v in values.items()
+             for i, e in enumerate(("tuned_10_s0", "tuned_10_s1"))]
+  records += [{"evaluation": e, "row": "ldawa", "column": "barlow_twins", "ours": None,
+               "status": "FAILED: round 3: loss became nan"} for e in ("tuned_10_s0",
+                                                                      "tuned_10_s1")]
+  lines = table.checks(table, records, gates.passing(records))
+  assert lines[0] == ("Fashion-MNIST (shifted) SimCLR: L-DAWA 82.0 / 80.0 is above FedAvg 80.0 / "
+                      "81.0 (+2.0 / -1.0 points) — **fails** at tuned_10_s1 (holds at tuned_10_s0)")
+  assert lines[1] == ("Fashion-MNIST (shifted) SimCLR: L-DAWA, seed 1 80.0 / 81.0 is above FedAvg, "
+                      "seed 1 79.0 / 79.0 (+1.0 / +2.0 points) — holds")
+  assert lines[2] == ("Fashion-MNIST (shifted) Barlow Twins: L-DAWA beats FedAvg — untested: below "
+                      "the baselines (ldawa: FAILED: round 3: loss became nan)")
+  assert len(lines) == 3
+
+
+def test_divergence_appendix_reads_each_cells_aggregation_csv(tmp_path):
+  """The mean delta over the layers L-DAWA scales (not GroupNorm's or the heads' batch statistics),
+  the whole-model cosine and the kernel norms, per round; a warm-up round scales nothing."""
+  table = ldawa_table2.mini().select(["fedavg", "ldawa_warmup"], ["simclr"])
+  run = tmp_path / "cells" / "ldawa_warmup" / "simclr"
+  run.mkdir(parents=True)
+  (run / "aggregation.csv").write_text(
+      "round,clients,fedavg_warmup,model_delta,layer_delta/encoder/stem_conv,"
+      "layer_delta/encoder/stem_gn,layer_delta/projector/projector_bn1,"
+      "layer_delta/projector/projector_dense1,kernel_norm_conv,kernel_norm_dense\n"
+      "0,5.0,1.0,0.9,0.5,1.0,1.0,0.7,1.1,1.2\n"
+      "1,5.0,0.0,0.8,0.6,1.0,1.0,0.8,0.95,0.9\n")
+  fedavg = tmp_path / "cells" / "fedavg" / "simclr"
+  fedavg.mkdir(parents=True)
+  (fedavg / "aggregation.csv").write_text("round,clients,max_weight,model_delta,kernel_norm_conv\n"
+                                          "0,5.0,0.3,0.91,1.25\n")
+  series = ldawa_table2.round_series(str(run / "aggregation.csv"))
+  assert np.isnan(series["layer_delta"][0]) and series["layer_delta"][1] == pytest.approx(0.7)
+  assert series["model_delta"] == [0.9, 0.8] and series["kernel_norm_dense"] == [1.2, 0.9]
+  md = ldawa_table2.divergence_appendix(table, str(tmp_path))
+  assert "| FedAvg | - | 0.91 | 1.25 | - |" in md
+  assert "| L-DAWA, FedAvg warm-up (authors' code) | - 0.70 | 0.90 0.80 | 1.10 0.95 | 1.20 0.90 |" in md
 
 
 def mock_cifar10(num_train=400, num_test=100):

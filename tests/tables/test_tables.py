@@ -171,6 +171,26 @@ def test_select_rows_and_columns():
   assert l2.selection_column == "barlow_twins"
 
 
+def test_a_row_may_run_in_some_columns_only():
+  """The L-DAWA table's control run (plain convolutions) runs in the Barlow Twins column only: its
+  other cells are skipped with the reason, a selection without that column drops the row unless
+  it was asked for, and a column that is not the table's is refused."""
+  l2 = tasks.get_table("ldawa_table2", "mini")
+  assert l2.row("ldawa_nows").columns == ("barlow_twins",)
+  assert l2.row("ldawa_nows").skip_reason(l2.column("simclr")) == (
+      "this row runs only in barlow_twins")
+  assert l2.row("ldawa_nows").skip_reason(l2.column("barlow_twins")) is None
+  assert "ldawa_nows" not in [r.key for r in l2.select(columns=["simclr"]).rows]
+  assert l2.select(columns=["barlow_twins"]).row("ldawa_nows").columns == ("barlow_twins",)
+  with pytest.raises(ValueError, match="row 'ldawa_nows' runs only in column barlow_twins; select "
+                                       "it too"):
+    l2.select(["ldawa_nows"], ["simclr"])
+  bad = dataclasses.replace(l2.row("ldawa_nows"), columns=("cifar10",))
+  with pytest.raises(ValueError, match="row 'ldawa_nows' names column 'cifar10', which is not one "
+                                       "of"):
+    dataclasses.replace(l2, rows=l2.rows[:-1] + (bad,))
+
+
 def test_settings_change_every_run_or_fail_loudly():
   assert tables.parse_settings(["fedavg_warmup_rounds=2", "blur=true", "projector=64,32",
                                 "client_learning_rate=1e-2", "dataset=cifar10"]) == {

@@ -48,6 +48,12 @@ DEFAULT_TARGET_DECAY = ssl_lib.DEFAULT_TARGET_DECAY
 LOCAL_BATCH_SIZE = Field("local_batch_size", 0, "FedAvg-style: client batch size (0: the client's "
                          "whole data as one batch; 1 is refused: the SSL losses compare images "
                          "within a batch).", lower=0)
+LOCAL_UNITS = ("epochs", "steps")
+LOCAL_UNIT = Field("local_unit", "epochs", "FedAvg-style with --local_batch_size: what "
+                   "--local_steps counts: epochs (floor(N_k / B) steps each, so a client's local "
+                   "work grows with its size, as in the papers) or steps (every client takes "
+                   "--local_steps steps a round, its data reshuffled at each pass).",
+                   choices=LOCAL_UNITS)
 CLIENT_WEIGHT_DECAY = Field("client_weight_decay", 0.0, "FedAvg-style: client weight decay (L2 on "
                             "the gradients with sgd/sgdm, decoupled with adamw).", lower=0)
 
@@ -132,6 +138,9 @@ class ClientConfig:
   local_steps: local epochs; with local_batch_size = 0 (the whole client as one batch) an epoch is
     one step. With local_batch_size = B > 0 an epoch is floor(N_k / B) steps over a fresh shuffle
     (a last partial batch is dropped, as SSL training loaders do, unless it is the client's only one).
+  local_unit: "epochs" (above), or "steps": with local_batch_size = B > 0, every client takes
+    `local_steps` steps whatever its size, over passes of floor(N_k / B) batches, each pass a fresh
+    shuffle (the same batches as epochs would take, cut at `local_steps`).
   client_weight_decay: weight decay of the client optimizer: coupled L2 on the gradients with SGD
     (the L-DAWA paper: 1e-4), decoupled with AdamW (LW-FedSSL: 1e-5).
   terms: the method's `ClientTerm`s, in the order their losses are added.
@@ -152,6 +161,7 @@ class ClientConfig:
   client_weight_decay: float = 0.0
   local_steps: int = 1
   local_batch_size: int = 0
+  local_unit: str = "epochs"
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
   seed: int = 0
   terms: tuple[ClientTerm, ...] = ()
@@ -168,6 +178,7 @@ class ClientConfig:
     common.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
     LOCAL_BATCH_SIZE.check(self.local_batch_size)
+    LOCAL_UNIT.check(self.local_unit)
     if self.local_batch_size == 1:
       raise ValueError("local_batch_size must be 0 (full batch) or >= 2; got 1")
     CLIENT_WEIGHT_DECAY.check(self.client_weight_decay)
@@ -332,7 +343,7 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
     n = tf.shape(ids)[0]
     batch = tf.minimum(cfg.local_batch_size, n)
     per_epoch = tf.maximum(1, n // batch)
-    total = cfg.local_steps * per_epoch
+    total = cfg.local_steps if cfg.local_unit == "steps" else cfg.local_steps * per_epoch
     shuffle_seed = tf.random.experimental.stateless_fold_in(seed, 1 << 30)  # Apart from views'.
 
     def body(step, current, carried, opt_state, first, loss_sum):

@@ -100,6 +100,23 @@ def flat_weights(weights) -> np.ndarray:
 SEED_TYPE = tff.TensorType(np.int64, [2])
 
 
+def kernel_norms(names: Sequence[str], initial, weights) -> dict:
+  """Each kernel's norm over its initial norm (`kernel_norm/<tensor>`), and their mean per kind
+  (`kernel_norm_conv`, convolutions and projection shortcuts; `kernel_norm_dense`): how a run's
+  aggregation changes the global model's scale (`--measure_weight_norms`, aggregation.csv)."""
+  ratios, kinds = {}, {"conv": [], "dense": []}
+  for name, w0, w in zip(names, initial, weights):
+    if not name.endswith("/kernel"):
+      continue
+    base = float(np.linalg.norm(w0))
+    ratio = float(np.linalg.norm(w)) / base if base else float("nan")
+    ratios[name] = np.float32(ratio)
+    kinds["dense" if "dense" in name else "conv"].append(ratio)
+  out = {f"kernel_norm_{k}": np.float32(np.mean(v)) for k, v in kinds.items() if v}
+  out["kernel_norm"] = ratios
+  return out
+
+
 def views(data, seed, augment: AugmentConfig):
   """The two views of a client's images for the round's seed, keyed by example id."""
   return two_views(data["images"] if isinstance(data, dict) else data.images, seed, augment,

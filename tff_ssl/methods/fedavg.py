@@ -342,6 +342,7 @@ class FedAvgSSLProcess(common.ServerLoop):
 # Fields FedAvg-style methods read beyond every federated method's (DCCO's update aggregation is its
 # N_k-weighted mean, and its clients take full-batch steps).
 FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + (client_work.LOCAL_BATCH_SIZE,
+                                                  client_work.LOCAL_UNIT,
                                                   client_work.CLIENT_WEIGHT_DECAY,
                                                   common.CLIENT_LR_SCHEDULE, "warmup_fraction")
 
@@ -361,7 +362,7 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
       client_optimizer=config.client_optimizer,
       client_learning_rate=config.client_learning_rate,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
-      local_batch_size=config.local_batch_size, augment=config.augment_config(), seed=config.seed,
+      local_batch_size=config.local_batch_size, local_unit=config.local_unit, augment=config.augment_config(), seed=config.seed,
       head_norm=config.head_norm, lr_schedule=config.client_lr_schedule,
       warmup_fraction=config.warmup_fraction, rounds=config.rounds),
           aggregator, grouping.Simulation(mode=config.simulation, group_size=config.group_size))

@@ -279,7 +279,8 @@ ARCHITECTURES = Field("architectures", ("resnet14", "resnet18", "vgg9", "alexnet
                       "e.g. resnet14,resnet18,vgg9,alexnet.", item=str,
                       choices=lambda: models.ENCODERS)
 FIELDS = tuple(f for f in FEDERATED_FIELDS if not f.startswith("server_")) + (
-    ARCHITECTURES, client_work.LOCAL_BATCH_SIZE, client_work.CLIENT_WEIGHT_DECAY) + fedfoa.FIELDS
+    ARCHITECTURES, client_work.LOCAL_BATCH_SIZE, client_work.LOCAL_UNIT,
+    client_work.CLIENT_WEIGHT_DECAY) + fedfoa.FIELDS
 
 METHOD = Method(
     name="heterogeneous", kind="federated", fields=FIELDS, ssl=("byol", "simsiam", "simclr"),

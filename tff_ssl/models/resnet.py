@@ -17,6 +17,7 @@ convolution and no max-pool; otherwise the ImageNet stem (7x7 stride 2 + 3x3 max
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Sequence
 
 import tensorflow as tf
@@ -41,38 +42,40 @@ RESNETS = {
 }
 
 
-def _conv(filters: int, kernel: int, stride: int, name: str) -> WSConv2D:
-  return WSConv2D(filters, kernel, strides=stride, padding="same", use_bias=False,
-                  kernel_initializer="he_normal", name=name)
+def _conv(filters: int, kernel: int, stride: int, name: str,
+          standardize: bool = True) -> tf.keras.layers.Conv2D:
+  layer = WSConv2D if standardize else tf.keras.layers.Conv2D
+  return layer(filters, kernel, strides=stride, padding="same", use_bias=False,
+               kernel_initializer="he_normal", name=name)
 
 
-def _basic_block(x, filters: int, stride: int, name: str):
+def _basic_block(x, filters: int, stride: int, name: str, conv=_conv):
   shortcut = x
   if stride != 1 or x.shape[-1] != filters:
-    shortcut = _conv(filters, 1, stride, f"{name}_proj")(x)
+    shortcut = conv(filters, 1, stride, f"{name}_proj")(x)
     shortcut = group_norm(filters, f"{name}_proj_gn")(shortcut)
-  y = _conv(filters, 3, stride, f"{name}_conv1")(x)
+  y = conv(filters, 3, stride, f"{name}_conv1")(x)
   y = group_norm(filters, f"{name}_gn1")(y)
   y = tf.keras.layers.ReLU(name=f"{name}_relu1")(y)
-  y = _conv(filters, 3, 1, f"{name}_conv2")(y)
+  y = conv(filters, 3, 1, f"{name}_conv2")(y)
   y = group_norm(filters, f"{name}_gn2")(y)
   y = tf.keras.layers.Add(name=f"{name}_add")([shortcut, y])
   return tf.keras.layers.ReLU(name=f"{name}_out")(y)
 
 
-def _bottleneck_block(x, filters: int, stride: int, name: str):
+def _bottleneck_block(x, filters: int, stride: int, name: str, conv=_conv):
   out = 4 * filters
   shortcut = x
   if stride != 1 or x.shape[-1] != out:
-    shortcut = _conv(out, 1, stride, f"{name}_proj")(x)
+    shortcut = conv(out, 1, stride, f"{name}_proj")(x)
     shortcut = group_norm(out, f"{name}_proj_gn")(shortcut)
-  y = _conv(filters, 1, 1, f"{name}_conv1")(x)
+  y = conv(filters, 1, 1, f"{name}_conv1")(x)
   y = group_norm(filters, f"{name}_gn1")(y)
   y = tf.keras.layers.ReLU(name=f"{name}_relu1")(y)
-  y = _conv(filters, 3, stride, f"{name}_conv2")(y)
+  y = conv(filters, 3, stride, f"{name}_conv2")(y)
   y = group_norm(filters, f"{name}_gn2")(y)
   y = tf.keras.layers.ReLU(name=f"{name}_relu2")(y)
-  y = _conv(out, 1, 1, f"{name}_conv3")(y)
+  y = conv(out, 1, 1, f"{name}_conv3")(y)
   y = group_norm(out, f"{name}_gn3")(y)
   y = tf.keras.layers.Add(name=f"{name}_add")([shortcut, y])
   return tf.keras.layers.ReLU(name=f"{name}_out")(y)
@@ -91,6 +94,10 @@ def last_feature_size(depth_name: str, image_size: int, *, small_input: bool = T
 POOL_GRID = Field("pool_grid", 1, "ResNets: average-pool the last feature map over a g x g grid, "
                   "D = g^2 x channels (1: global average pooling).", lower=1,
                   note="1: global average pooling")
+WEIGHT_STANDARDIZATION = Field(
+    "weight_standardization", True, "ResNets: standardize each convolution's kernel (Weight "
+    "Standardization, before GroupNorm); false: plain convolutions, still followed by GroupNorm (a "
+    "control: either way a convolution's output is invariant to its kernel's scale).")
 STEM_STRIDE = Field("stem_stride", 1, "ResNets: stride of the 3x3 stem on 28-32 px images (2: a "
                     "quarter of the compute).", choices=(1, 2))
 
@@ -107,7 +114,8 @@ def check_pool_grid(depth_name: str, image_size: int, pool_grid: int, *, small_i
 
 def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 1.0,
                  small_input: bool = True, stem_stride: int = 1, pool_grid: int = 1,
-                 depth: int = 0, patch_size: int = 0, name: str | None = None) -> tf.keras.Model:
+                 depth: int = 0, patch_size: int = 0, weight_standardization: bool = True,
+                 name: str | None = None) -> tf.keras.Model:
   """A ResNet encoder mapping images [B, H, W, C] (floats in [0, 1]) to pooled features [B, D].
 
   `stem_stride` (small inputs only): 2 halves every feature map, a quarter of the compute (the mini
@@ -115,6 +123,8 @@ def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 
   `pool_grid`: the last feature map is average-pooled over a g x g grid of regions and flattened,
   D = g² C (1: global average pooling, D = C). On 28 px images the last map is 4 x 4 (stem stride 2)
   or 7 x 7: a grid keeps where a feature is, which a 64-channel global average throws away.
+  `weight_standardization`: WSConv2D (the default) or plain Conv2D convolutions; GroupNorm follows
+  each either way.
   """
   if depth_name not in RESNETS:
     raise ValueError(f"unknown ResNet {depth_name!r}; choose one of {sorted(RESNETS)}")
@@ -126,13 +136,14 @@ def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 
     raise ValueError(f"width multiplier must be > 0; got {width}")
   STEM_STRIDE.check(stem_stride)
   spec = RESNETS[depth_name]
+  conv = functools.partial(_conv, standardize=weight_standardization)
   scale = lambda f: max(1, int(round(f * width)))  # noqa: E731
   inputs = tf.keras.Input(shape=tuple(input_shape), name="images")
   x = inputs
   if small_input:
-    x = _conv(scale(spec.stem_filters), 3, stem_stride, "stem_conv")(x)
+    x = conv(scale(spec.stem_filters), 3, stem_stride, "stem_conv")(x)
   else:
-    x = _conv(scale(spec.stem_filters), 7, 2, "stem_conv")(x)
+    x = conv(scale(spec.stem_filters), 7, 2, "stem_conv")(x)
   x = group_norm(scale(spec.stem_filters), "stem_gn")(x)
   x = tf.keras.layers.ReLU(name="stem_relu")(x)
   if not small_input:
@@ -141,7 +152,7 @@ def build_resnet(depth_name: str, input_shape: Sequence[int], *, width: float = 
   for stage, (blocks, filters) in enumerate(zip(spec.blocks_per_stage, spec.filters)):
     for b in range(blocks):
       stride = 2 if (b == 0 and stage > 0) else 1
-      x = block_fn(x, scale(filters), stride, f"stage{stage + 1}_block{b + 1}")
+      x = block_fn(x, scale(filters), stride, f"stage{stage + 1}_block{b + 1}", conv)
   check_pool_grid(depth_name, input_shape[0], pool_grid, small_input=small_input,
                   stem_stride=stem_stride)
   if pool_grid == 1:
