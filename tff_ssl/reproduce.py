@@ -198,13 +198,16 @@ ENCODER_FIELDS = ("encoder", "width", "stem_stride", "pool_grid", "depth", "patc
 
 
 def encoder_key(config) -> str:
-  """The architecture of `config`'s encoder, as a key ("vit_mini width=2.0 ...")."""
-  return " ".join([config.encoder] + [f"{f}={getattr(config, f)}" for f in ENCODER_FIELDS[1:]])
+  """The architecture of `config`'s encoder, as a key ("vit_mini width=2.0 ..."); a ResNet of plain
+  convolutions (`--noweight_standardization`) adds "weight_standardization=False"."""
+  parts = [config.encoder] + [f"{f}={getattr(config, f)}" for f in ENCODER_FIELDS[1:]]
+  return " ".join(parts + ([] if config.weight_standardization else
+                           ["weight_standardization=False"]))
 
 
 def encoder_baselines(table: Table, output_dir: str, todo) -> dict:
   """The random-init baseline of every cell whose encoder is not the table's (a row trying another
-  width, depth, patch size or readout): that encoder at its initialization under the gate's
+  width, depth, patch size, readout or plain convolutions): that encoder at its initialization under the gate's
   evaluations, as `Table.cell_baselines` gives them, {(row, column): {evaluation: {"random_init":
   acc}}}. Computed once per architecture and output folder (random_init.json, "encoders")."""
   first = table.cell_config(next(r for r in table.rows if not r.supervised), None)

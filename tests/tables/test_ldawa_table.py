@@ -231,3 +231,13 @@ def test_a_diverged_dawa_run_names_the_warmup():
       "lower --server_learning_rate (now 1.0)")
   assert runner._divergence_hint(table.cell_config(table.row("fedavg"), column)) == (  # pylint: disable=protected-access
       "lower --server_learning_rate (now 1.0)")
+
+
+def test_the_control_runs_plain_convolutions_are_gated_against_their_own_initialization():
+  """`reproduce.encoder_baselines` gives a cell whose encoder is not the table's its own random-init
+  baseline: the plain-convolution rows are another architecture; the second seed's are not."""
+  table = ldawa_table2.mini()
+  key = lambda row: reproduce.encoder_key(  # noqa: E731
+      table.cell_config(table.row(row), table.column("barlow_twins")))
+  assert key("fedavg_nows") == key("ldawa_nows") == key("fedavg") + " weight_standardization=False"
+  assert key("fedavg_s1") == key("ldawa_warmup") == key("fedavg")
