@@ -172,23 +172,26 @@ def test_select_rows_and_columns():
 
 
 def test_a_row_may_run_in_some_columns_only():
-  """The L-DAWA table's control run (plain convolutions) runs in the Barlow Twins column only: its
+  """A row restricted to some columns (here a control row in the Barlow Twins column only): its
   other cells are skipped with the reason, a selection without that column drops the row unless
   it was asked for, and a column that is not the table's is refused."""
-  l2 = tasks.get_table("ldawa_table2", "mini")
-  assert l2.row("ldawa_nows").columns == ("barlow_twins",)
-  assert l2.row("ldawa_nows").skip_reason(l2.column("simclr")) == (
+  base = tasks.get_table("ldawa_table2", "mini")
+  control = dataclasses.replace(base.row("ldawa"), key="ldawa_control", columns=("barlow_twins",))
+  l2 = dataclasses.replace(base, rows=base.rows + (control,))
+  assert l2.row("ldawa_control").skip_reason(l2.column("simclr")) == (
       "this row runs only in barlow_twins")
-  assert l2.row("ldawa_nows").skip_reason(l2.column("barlow_twins")) is None
-  assert "ldawa_nows" not in [r.key for r in l2.select(columns=["simclr"]).rows]
-  assert l2.select(columns=["barlow_twins"]).row("ldawa_nows").columns == ("barlow_twins",)
-  with pytest.raises(ValueError, match="row 'ldawa_nows' runs only in column barlow_twins; select "
-                                       "it too"):
-    l2.select(["ldawa_nows"], ["simclr"])
-  bad = dataclasses.replace(l2.row("ldawa_nows"), columns=("cifar10",))
-  with pytest.raises(ValueError, match="row 'ldawa_nows' names column 'cifar10', which is not one "
-                                       "of"):
-    dataclasses.replace(l2, rows=l2.rows[:-1] + (bad,))
+  assert l2.row("ldawa_control").skip_reason(l2.column("barlow_twins")) is None
+  _, skipped = reproduce.cells(l2)
+  assert skipped == {("ldawa_control", "simclr"): "this row runs only in barlow_twins"}
+  assert "ldawa_control" not in [r.key for r in l2.select(columns=["simclr"]).rows]
+  assert l2.select(columns=["barlow_twins"]).row("ldawa_control").columns == ("barlow_twins",)
+  with pytest.raises(ValueError, match="row 'ldawa_control' runs only in column barlow_twins; "
+                                       "select it too"):
+    l2.select(["ldawa_control"], ["simclr"])
+  bad = dataclasses.replace(control, columns=("cifar10",))
+  with pytest.raises(ValueError, match="row 'ldawa_control' names column 'cifar10', which is not "
+                                       "one of"):
+    dataclasses.replace(l2, rows=base.rows + (bad,))
 
 
 def test_settings_change_every_run_or_fail_loudly():
