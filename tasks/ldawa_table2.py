@@ -17,14 +17,14 @@ Evaluations: linear probe on 100%, 10% and 1% of the labels. Every cell is a Fed
   mini   the same grid in the mini regime (docs/mini_regime.md) with the paper's order of local
          work, so that clients drift and L-DAWA's deltas lie below 1: shifted Fashion-MNIST (compared
          with the paper's CIFAR-10 numbers), 20,000 random training images over 5 clients
-         (Dirichlet 0.1), every client taking 300 (SimCLR, 3 rounds) or 150 (Barlow Twins, 4 rounds)
-         steps of batch 64 a round (`--local_unit=steps`; the paper's ~200), the gate's ResNet-14 (stride-2
-         stem, 2 x 2 grid pooling) with batch-statistics heads, crops >= 50%; Barlow Twins on the
-         ResNet's 128-d output, as the authors' code. Main probe: the tuned probe at 10% of the
-         labels and two label seeds, and the gate; then the paper's three probes. Extra rows: the
-         authors' FedAvg warm-up (L-DAWA) and a second seed of FedAvg, L-DAWA and L-DAWA_FedAvg.
-         Every cell records its kernel norms per round, and the table's doc its deltas
-         (`divergence_appendix`).
+         (Dirichlet 0.1), every client taking 300 (SimCLR, 3 rounds) or 150 (Barlow Twins, 4
+         rounds) steps of batch 64 a round (`--local_unit=steps`; the paper's ~200), the gate's
+         ResNet-14 (stride-2 stem, 2 x 2 grid pooling) with batch-statistics heads, crops >= 50%;
+         Barlow Twins on the ResNet's 128-d output, as in the authors' code. Main probe: the tuned
+         probe at 10% of the labels and two label seeds, and the gate; then the paper's three
+         probes. Extra rows: the authors' FedAvg warm-up (L-DAWA) and a second seed of FedAvg, L-DAWA
+         and L-DAWA_FedAvg. Every cell records its kernel norms per round, and the table's doc its
+         deltas (`divergence_appendix`).
 
 Table ldawa_collapse (`collapse`, mini only): the mini table's rows with Barlow Twins at a 512-wide
 projection, 5 rounds of 150 local steps, where L-DAWA collapses, and the control run that separates

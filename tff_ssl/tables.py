@@ -376,10 +376,15 @@ class Table:
       if hasattr(p, "max_iterations"):  # The tuned probe's L-BFGS iterations.
         return dataclasses.replace(p, max_iterations=min(p.max_iterations, max_rounds))
       return p  # The kNN monitor trains nothing.
+    lengths = ("rounds", "steps", "local_steps", "checkpoint_every")
+    def cap_column(column: Column) -> Column:  # A column may set a run's length too.
+      return dataclasses.replace(column, overrides=tuple(
+          (k, min(v, max_rounds) if k in lengths else v) for k, v in column.overrides))
     evals = tuple(dataclasses.replace(e, protocol=cap_protocol(e.protocol))
                   for e in self.evaluations)
     return dataclasses.replace(
         self, rows=tuple(cap_row(r) for r in self.rows), evaluations=evals,
+        columns=tuple(cap_column(c) for c in self.columns),
         curve_every=min(self.curve_every, max_rounds), max_rounds=max_rounds, notes=self.notes + (
                 f"capped at {max_rounds} rounds/steps per run (a smoke run, not a result)",))
 

@@ -70,6 +70,11 @@ def test_capped_grid_caps_every_length():
   assert {e.protocol.steps for e in table.evaluations} == {2}
   assert table.supervised_config(table.row("supervised"), 0.1, 50_000).steps == 2
   assert "smoke" in table.notes[-1]
+  # A column that sets a run's length (the L-DAWA mini table's SimCLR: 300 local steps, 3 rounds).
+  l2 = tasks.get_table("ldawa_table2", "mini").capped(2)
+  for column in l2.columns:
+    c = l2.cell_config(l2.row("ldawa"), column)
+    assert (c.rounds, c.local_steps, c.checkpoint_every) == (2, 2, 2)
 
 
 def test_a_row_may_probe_its_curve_less_often():
