@@ -363,12 +363,11 @@ class Table:
   def capped(self, max_rounds: int) -> "Table":
     """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps
     (and local epochs), a smoke run of the grid, e.g. the paper scale on new hardware."""
+    lengths = ("rounds", "steps", "local_steps", "checkpoint_every")
     def cap_row(row: Row) -> Row:
       c = row.config
       return dataclasses.replace(row, config=dataclasses.replace(
-          c, rounds=min(c.rounds, max_rounds), steps=min(c.steps, max_rounds),
-          local_steps=min(c.local_steps, max_rounds),
-          checkpoint_every=min(c.checkpoint_every, max_rounds)),
+          c, **{k: min(getattr(c, k), max_rounds) for k in lengths}),
           curve_every=min(row.curve_every, max_rounds))
     def cap_protocol(p):
       if hasattr(p, "steps"):
@@ -376,7 +375,6 @@ class Table:
       if hasattr(p, "max_iterations"):  # The tuned probe's L-BFGS iterations.
         return dataclasses.replace(p, max_iterations=min(p.max_iterations, max_rounds))
       return p  # The kNN monitor trains nothing.
-    lengths = ("rounds", "steps", "local_steps", "checkpoint_every")
     def cap_column(column: Column) -> Column:  # A column may set a run's length too.
       return dataclasses.replace(column, overrides=tuple(
           (k, min(v, max_rounds) if k in lengths else v) for k, v in column.overrides))

@@ -170,8 +170,8 @@ class LayerwiseProcess(GlobalModel):
 
     Its optimizer is the clients' (`ClientConfig.schedule`): restarted each round, and with
     `client_lr_schedule=warmup_cosine` its step s of S (S = local_steps x floor(auxiliary images /
-    local_batch_size), or local_steps with `local_unit=steps`) in round r takes the rate at progress (r + s / S) / rounds, as a client's step
-    s of its own S_k: the calibration runs the same part of the schedule as the round's clients, in
+    local_batch_size), or local_steps with `local_unit=steps`) in round r takes the rate at progress
+    (r + s / S) / rounds, as a client's step s of its own S_k: the calibration runs the same part of the schedule as the round's clients, in
     its own number of steps."""
     if stage not in self._calibrators:
       model = self.stage_models[stage - 1]
