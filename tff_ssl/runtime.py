@@ -372,8 +372,9 @@ def configure_context(*, max_concurrent_slots: int | None = None,
   from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
   # pylint: enable=g-import-not-at-top
   stop_workers()  # The replaced context's workers, before TFF's own (SIGINT + wait) stop runs.
-  compiler_fn = (compiler.desugar_and_transform_to_native
-                 if _context_options["static_graph_optimization"] else _compile_without_grappler)
+  compiler_fn = _lowering_secure_sums(
+      compiler.desugar_and_transform_to_native
+      if _context_options["static_graph_optimization"] else _compile_without_grappler)
   if _context_options.get("workers"):
     # pylint: disable=g-import-not-at-top
     from tensorflow_federated.python.core.backends.native import mergeable_comp_compiler
@@ -403,6 +404,22 @@ def configure_context(*, max_concurrent_slots: int | None = None,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
   context_stack_impl.context_stack.set_default_context(context)
+
+
+def _lowering_secure_sums(compiler_fn):
+  """`compiler_fn` that first lowers TFF's secure-sum intrinsics (`federated_secure_sum_bitwidth`,
+  ...) to TFF's own insecure reductions (`tff.backends.test`'s): the local worker binary does not
+  implement them, and a simulation computes the same sum (the quantization stays; the crypto
+  protocol is not run). Computations without them compile as before."""
+
+  def compile_fn(comp):
+    if b"federated_secure" in comp.to_compiled_building_block().proto.SerializeToString():
+      # pylint: disable=g-import-not-at-top
+      from tensorflow_federated.python.core.backends.test import compiler as test_compiler
+      comp = test_compiler.replace_secure_intrinsics_with_bodies(comp)
+    return compiler_fn(comp)
+
+  return compile_fn
 
 
 def _compile_without_grappler(comp):

@@ -8,6 +8,13 @@
   ldawa_fedavg  L-DAWA_FedAvg: (N_k / N) delta_k^(l) w_k^(l)
   ldawa_loss    L-DAWA_Loss: softmax(-L_k) delta_k^(l) w_k^(l)
 
+With --dp (`tff_ssl.privacy`) the aggregation is DP-FedAvg's clipped, noised, uniform mean
+(private.py) in place of the strategy: fedavg (on clients of equal size, where N_k / N = 1 / K) and
+uniform compose with it; the others weigh or scale a client by what would raise its sensitivity, and
+are refused. --secure_aggregation / --compression replace the weighted mean's sums (TFF's
+`tff.learning.secure_aggregator` / `compression_aggregator`) of any strategy that does not compute
+its mean itself.
+
 Every factory is a `StrategyFactory` (base.py): a per-client stage and a weighted mean, taking the
 clients' `ClientInfo` as its weight, usable in both simulation modes of the FedAvg process.
 """
@@ -17,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+import tensorflow_federated as tff
+
 from tff_ssl.aggregators.base import (FEDAVG_WARMUP_ROUNDS, GRANULARITIES, GRANULARITY,
                                       MEASURE_DIVERGENCE, SCALE_NORMALIZATION, WEIGHTINGS,
                                       ClientInfo, Contribution, ModelLayout, StrategyFactory,
@@ -25,8 +34,10 @@ from tff_ssl.aggregators.fedavg import FedAvgFactory
 from tff_ssl.aggregators.ldawa import LDAWAFactory
 from tff_ssl.aggregators.loss import LossFactory
 from tff_ssl.aggregators.mdawa import MDAWAFactory
+from tff_ssl.aggregators.private import PrivateFactory
 from tff_ssl.aggregators.uniform import UniformFactory
 from tff_ssl.config_fields import Field
+from tff_ssl.privacy import PrivacyConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +56,8 @@ class AggregatorConfig:
   scale_normalization: bool = False
   fedavg_warmup_rounds: int = 0
   measure_divergence: bool = False
+  privacy: PrivacyConfig = PrivacyConfig()
+  equal_clients: bool = True  # Every client holds as many images (the partition's fixed size).
 
   def __post_init__(self):
     AGGREGATOR.check(self.name)
@@ -63,26 +76,63 @@ class AggregatorConfig:
         field = "aggregator_granularity" if name == "granularity" else name
         raise ValueError(f"{field} is not used by aggregator {self.name!r}; it is read by "
                          f"{list(readers)}")
+    self.check_privacy()
+
+  def check_privacy(self) -> None:
+    """Raises ValueError (one line, saying why) where the strategy does not compose with the
+    privacy settings."""
+    p = self.privacy
+    if p.enabled:
+      if self.name not in PRIVATE:
+        raise ValueError(f"--dp refuses --aggregator={self.name}: {PRIVATE_REFUSED[self.name]}; "
+                         f"use --aggregator=uniform")
+      if self.name == "fedavg" and not self.equal_clients:
+        raise ValueError("--dp averages clipped updates uniformly (DP-FedAvg: a client's N_k "
+                         "would scale its sensitivity), which is not FedAvg's N_k / N on clients "
+                         "of unequal size; use --aggregator=uniform")
+      if self.measure_divergence:
+        raise ValueError("--dp refuses --measure_divergence: it releases each client's cosine to "
+                         "the global model without noise; remove it")
+    elif (p.secure_aggregation or p.compression != "none") and self.name in SELF_WEIGHTED:
+      flag = "--secure_aggregation" if p.secure_aggregation else f"--compression={p.compression}"
+      raise ValueError(f"{flag} refuses --aggregator={self.name}: its softmax(-L_k) mean is one "
+                       f"running aggregation of its own, not a sum TFF's factories can replace")
+
+  def inner(self):
+    """The weighted mean's factory: TFF's secure or compressed mean, or None (the plain one)."""
+    p = self.privacy
+    if p.secure_aggregation:
+      return tff.learning.secure_aggregator(zeroing=False, clipping=False, weighted=True)
+    if p.compression != "none":
+      return tff.aggregators.MeanFactory(value_sum_factory=p.record_sum_factory(0.0))
+    return None
 
   def build(self, model, mask=None) -> StrategyFactory:
     """The factory for a `FunctionalModel` (whose layers L-DAWA's angles follow), over the tensors a
     process exchanges (`mask`, a `federated.common.TensorMask`; default all)."""
+    if self.privacy.enabled:
+      self.check_privacy()
+      return PrivateFactory(self.privacy, self.privacy.sigma)
     return AGGREGATORS[self.name](self, ModelLayout.from_model(model, self.granularity, mask))
 
 
 def _ldawa(weighting: str) -> Callable[[AggregatorConfig, ModelLayout], StrategyFactory]:
   return lambda c, layout: LDAWAFactory(
       layout, weighting=weighting,
-      scale_normalization=c.scale_normalization, fedavg_warmup_rounds=c.fedavg_warmup_rounds)
+      scale_normalization=c.scale_normalization, fedavg_warmup_rounds=c.fedavg_warmup_rounds,
+      inner=c.inner())
 
 
 # name -> (config, layout of the exchanged tensors) -> factory.
 AGGREGATORS: dict[str, Callable[[AggregatorConfig, ModelLayout], StrategyFactory]] = {
-    "fedavg": lambda c, layout: FedAvgFactory(measure_divergence=c.measure_divergence),
-    "uniform": lambda c, layout: UniformFactory(measure_divergence=c.measure_divergence),
+    "fedavg": lambda c, layout: FedAvgFactory(measure_divergence=c.measure_divergence,
+                                              inner=c.inner()),
+    "uniform": lambda c, layout: UniformFactory(measure_divergence=c.measure_divergence,
+                                                inner=c.inner()),
     "loss": lambda c, layout: LossFactory(measure_divergence=c.measure_divergence),
     "mdawa": lambda c, layout: MDAWAFactory(len(layout.groups),
-                                            fedavg_warmup_rounds=c.fedavg_warmup_rounds),
+                                            fedavg_warmup_rounds=c.fedavg_warmup_rounds,
+                                            inner=c.inner()),
     "ldawa": _ldawa("uniform"),
     "ldawa_fedavg": _ldawa("examples"),
     "ldawa_loss": _ldawa("loss"),
@@ -90,6 +140,16 @@ AGGREGATORS: dict[str, Callable[[AggregatorConfig, ModelLayout], StrategyFactory
 # Options each strategy reads (any other non-default option is an error for it).
 DIVERGENCE_AWARE = ("mdawa", "ldawa", "ldawa_fedavg", "ldawa_loss")
 LAYERWISE = ("ldawa", "ldawa_fedavg", "ldawa_loss")
+# Strategies DP composes with (DP-FedAvg's uniform mean of clipped updates), and why the others not.
+PRIVATE = ("fedavg", "uniform")
+_DAWA = ("it scales each client's layers by their cosine to the global model, a per-client factor "
+         "the clip does not bound")
+PRIVATE_REFUSED = {
+    "loss": "it weighs clients by softmax(-L_k), so one client's loss moves every other's weight",
+    "ldawa_loss": "it weighs clients by softmax(-L_k) and " + _DAWA[3:],
+    "mdawa": _DAWA, "ldawa": _DAWA, "ldawa_fedavg": _DAWA}
+# Strategies that compute their weighted mean themselves (no inner factory).
+SELF_WEIGHTED = ("loss", "ldawa_loss")
 
 AGGREGATOR = Field("aggregator", "fedavg", "FedAvg-style: the aggregation strategy "
                    "(tff_ssl.aggregators).", choices=lambda: AGGREGATORS)

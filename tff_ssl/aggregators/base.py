@@ -210,6 +210,13 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
                        top + tf.math.log(total), tf.maximum(acc.max_log_weight, log_weight),
                        collections.OrderedDict((k, acc.stats[k] + stats[k]) for k in acc.stats))
 
+  def fold(self, acc: Accumulator, update, info: ClientInfo, argument) -> Accumulator:
+    """`acc` with one real client added (its `client_terms`, then `accumulate`): what a grouped slot
+    does per client. `argument`: what the clients read of the aggregator's state
+    (`client_argument`; the round by default)."""
+    scale, log_weight, stats = self.client_terms(update, info, argument)
+    return self.accumulate(acc, update, scale, log_weight, stats)
+
   def finalize(self, acc: Accumulator, model) -> Contribution:
     """The slot's `Contribution`: sum_k b_k v_k / sum_k b_k with the w_g term added once."""
     value = (list(acc.update) if not self.transforms_update else
@@ -220,6 +227,21 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
     """One client's `Contribution` (`client_stage` in the server stage's terms)."""
     value, log_weight, stats = self.client_stage(update, info, round_num)
     return Contribution(value, log_weight, log_weight, stats)
+
+  def as_upload(self, contribution: Contribution):
+    """What a slot sends for its `finalize`d contribution (a struct of tensors)."""
+    return _as_struct(contribution)
+
+  # -- what the clients read of the state --------------------------------------------------------
+  def client_argument_type(self, value_type) -> tff.Type:
+    """The type of `client_argument` (default: the round number)."""
+    del value_type
+    return tff.TensorType(np.int32)
+
+  def client_argument(self, state):
+    """In a federated computation: the SERVER value of the aggregator's `state` its per-client stage
+    reads, broadcast to the clients (default: the round; DP: the clip)."""
+    return state.round
 
   # -- TFF processes -----------------------------------------------------------------------------
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
@@ -248,7 +270,7 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
                                tff.FederatedType(value_type, tff.CLIENTS),
                                tff.FederatedType(weight_type, tff.CLIENTS))
     def next_fn(state, value, info):
-      round_at_clients = tff.federated_broadcast(state.round)
+      round_at_clients = tff.federated_broadcast(self.client_argument(state))
       contributions = tff.federated_map(client_fn, (value, info, round_at_clients))
       return stage.next(state, contributions)
 

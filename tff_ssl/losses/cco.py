@@ -55,6 +55,38 @@ def encoding_statistics(f: tf.Tensor, g: tf.Tensor) -> EncodingStatistics:
   )
 
 
+def clipped_statistics_sum(f: tf.Tensor, g: tf.Tensor, segments: tf.Tensor, count, clip
+                           ) -> tuple[EncodingStatistics, tf.Tensor]:
+  """sum_k min(1, clip / ||S_k||) S_k over the clients k of a batch, where S_k = N_k <>_k is client
+  k's sum of the five per-image terms (f, f^2, g, g^2, f g^T) and ||S_k|| the L2 norm of all of them
+  together (DP-DCCO's phase-1 record, clipped per client); also the clients' norms [count].
+
+  `segments` [N]: each row's client in [0, count). No client's d x d matrix is formed: the norm of
+  sum_i f_i g_i^T is sum_{i,j in k} (f_i . f_j)(g_i . g_j), from the rows' Gram matrices, and the
+  clipped sum weighs each row by its client's factor.
+  """
+  f = tf.convert_to_tensor(f)
+  g = tf.convert_to_tensor(g, dtype=f.dtype)
+  _check_encodings(f, g)
+  onehot = tf.one_hot(segments, count, dtype=f.dtype)  # [N, K]
+  vector_sq = tf.zeros([count], f.dtype)
+  for x in (f, tf.square(f), g, tf.square(g)):
+    vector_sq += tf.reduce_sum(tf.square(tf.matmul(onehot, x, transpose_a=True)), axis=1)
+  same = tf.matmul(onehot, onehot, transpose_b=True)  # [N, N]: rows of one client.
+  pair = tf.matmul(f, f, transpose_b=True) * tf.matmul(g, g, transpose_b=True) * same
+  matrix_sq = tf.matmul(onehot, tf.reduce_sum(pair, axis=1, keepdims=True), transpose_a=True)[:, 0]
+  norms = tf.sqrt(vector_sq + tf.maximum(matrix_sq, 0.0))
+  factor = tf.minimum(1.0, tf.cast(clip, f.dtype) * tf.math.reciprocal_no_nan(norms))
+  factor = tf.where(norms > 0, factor, 1.0)
+  w = tf.gather(factor, segments)[:, None]
+  return EncodingStatistics(
+      mean_f=tf.reduce_sum(w * f, axis=0),
+      mean_f2=tf.reduce_sum(w * tf.square(f), axis=0),
+      mean_g=tf.reduce_sum(w * g, axis=0),
+      mean_g2=tf.reduce_sum(w * tf.square(g), axis=0),
+      mean_fg=tf.matmul(w * f, g, transpose_a=True)), norms
+
+
 def weighted_mean_statistics(stats: Sequence[EncodingStatistics],
                              weights: Sequence[float]) -> EncodingStatistics:
   """The weighted mean of several batches' statistics: the union's statistics when weights are N_k."""

@@ -35,7 +35,11 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import losses
+from tff_ssl import data as data_lib
+from tff_ssl import privacy as privacy_lib
 from tff_ssl.data.augment import AugmentConfig
+from tff_ssl.privacy import PrivacyConfig
+from tff_ssl.privacy.release import PrivateRelease
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext
@@ -50,10 +54,21 @@ class DCCOConfig:
   local_steps: int = 1
   augment: AugmentConfig = AugmentConfig.dcco_cifar()
   seed: int = 0
+  privacy: PrivacyConfig = PrivacyConfig()  # privacy.releases is 2: the statistics, the update.
+  # DP-DCCO's public denominator: the expected images per round (0: without DP, the exact N).
+  denominator: float = 0.0
 
   def __post_init__(self):
     common.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
+    if self.privacy.enabled:
+      if self.privacy.adaptive:
+        raise ValueError("DP-DCCO clips its two releases at fixed norms (--dp_statistics_clip, "
+                         "--dp_clip); gaussian_adaptive is built for one release a round: use "
+                         "--dp=gaussian_fixed")
+      if not self.denominator > 0:
+        raise ValueError(f"DP-DCCO divides its noised sums by a public count of images per round; "
+                         f"got denominator {self.denominator}")
 
 
 def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingStatistics:
@@ -79,7 +94,40 @@ def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, agg
 
 
 def _as_statistics(struct) -> losses.EncodingStatistics:
+  if isinstance(struct, (list, tuple)) and not hasattr(struct, "_fields"):
+    return losses.EncodingStatistics(*struct)  # A release's list, in the fields' order.
   return losses.EncodingStatistics(*[getattr(struct, f) for f in losses.EncodingStatistics._fields])
+
+
+def client_segments(data):
+  """(each image's client index, the number of clients) of a slot (reference mode: one client)."""
+  sizes = data["sizes"] if isinstance(data, dict) and "sizes" in data else getattr(
+      data, "sizes", None)
+  n = tf.shape(data["images"] if isinstance(data, dict) else data.images)[0]
+  if sizes is None:
+    return tf.zeros([n], tf.int32), 1
+  count = tf.shape(sizes)[0]
+  return tf.repeat(tf.range(count), sizes), count
+
+
+class _WeightedPhase:
+  """One of a round's two sums as TFF's weighted mean with secure or compressed sums (no DP)."""
+
+  private = False
+
+  def __init__(self, factory, value_type):
+    self.process = factory.create(value_type, tff.TensorType(np.float32))
+
+  def initialize(self):
+    return self.process.initialize()
+
+  def params(self, state):
+    del state
+    return tff.federated_value(np.float32(0.0), tff.SERVER)
+
+  def next(self, state, values, weights):
+    out = self.process.next(state, values, weights)
+    return out.result, out.state
 
 
 class DCCOProcess(common.ServerLoop):
@@ -187,11 +235,129 @@ class DCCOProcess(common.ServerLoop):
       return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
                                      loss=tff.federated_mean(out[2], weight=out[1]))
 
+    if cfg.privacy.any:
+      if split_phases:
+        raise ValueError("DCCO with --dp, --secure_aggregation or --compression carries its "
+                         "aggregators' state through both phases of one computation; it does not "
+                         "run across --workers yet")
+      self._build_private(w_type, data_type, stats_type, client_statistics, client_update)
     self.client_statistics = client_statistics
     self.client_update = client_update
     self.aggregate_statistics = aggregate_statistics
     self.aggregate_updates = aggregate_updates
     self.run_round = run_round
+
+  def _build_private(self, w_type, data_type, stats_type, client_statistics, client_update):
+    """The round through private releases (DP: per-client clipped sums, noised, over the public
+    denominator) or TFF's secure / compressed weighted means: `private_round`, and the
+    aggregators' state (`ServerState.aggregator_state`)."""
+    cfg, model, specs = self.config, self.model, self.model.weight_specs
+    privacy = cfg.privacy
+    stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in stats_type]
+    flat = common.flat_spec(specs)
+    if privacy.enabled:
+      sigma = privacy.sigma
+      stats_phase = PrivateRelease(privacy, sigma, cfg.denominator, stat_specs, release=0,
+                                   statistics=True).create()
+      update_phase = PrivateRelease(privacy, sigma, cfg.denominator, [flat], release=1).create()
+      self.noise_multiplier = sigma
+    else:
+      mean = tff.aggregators.MeanFactory
+      if privacy.secure_aggregation:
+        secure = tff.learning.secure_aggregator(zeroing=False, clipping=False, weighted=True)
+        stats_factory = update_factory = secure
+      else:
+        stats_factory, update_factory = mean(), mean(
+            value_sum_factory=privacy.record_sum_factory(0.0))
+      # The statistics as the clients return them (an OrderedDict: TFF's factories tf.nest them).
+      stats_phase = _WeightedPhase(stats_factory, client_statistics.type_signature.result[0])
+      update_phase = _WeightedPhase(update_factory, tff.StructWithPythonType([w_type], list))
+    params_types = ((stats_phase.params_type, update_phase.params_type) if privacy.enabled
+                    else (tff.TensorType(np.float32),) * 2)
+    release_stats = stats_phase.release if privacy.enabled else None
+    release_update = update_phase.release if privacy.enabled else None
+
+    client_statistics_sum = client_update_sum = None
+    if privacy.enabled:
+      @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, params_types[0])
+      def client_statistics_sum(weights, seed, data, params):
+        # Each client's N_k <>_k clipped to the statistics clip, summed over the slot's clients.
+        weights = common.unflatten_tensors(weights, specs)
+        v1, v2 = common.views(data, seed, cfg.augment)
+        f, g = common.encode_views(model, weights, v1, v2)
+        segments, count = client_segments(data)
+        sums, _ = losses.cco.clipped_statistics_sum(f, g, segments, count,
+                                                     release_stats.clip_of(params))
+        return list(sums), common.num_examples(data)
+
+      @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type, params_types[1])
+      def client_update_sum(weights, seed, aggregate, data, params):
+        # Each client's N_k Delta_k clipped to the update clip, summed over the slot's clients.
+        weights = common.unflatten_tensors(weights, specs)
+        aggregate = _as_statistics(aggregate)
+
+        def one_client(images, ids, acc):
+          v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
+          delta, loss = local_training(model, cfg, weights, v1, v2, aggregate)
+          n = tf.cast(tf.shape(ids)[0], tf.float32)
+          record = release_update.add(acc[0], params, [n * common.flatten(delta)])
+          return record, acc[1] + n, acc[2] + n * loss
+
+        start = (release_update.zero(), tf.constant(0.0), tf.constant(0.0))
+        if self.simulation.grouped:
+          record, n, loss_sum = grouping.fold_clients(data, one_client, start)
+        else:
+          record, n, loss_sum = one_client(data.images, data.ids, start)
+        return record, n, loss_sum / n
+
+    @tff.tensorflow.computation(tff.StructType([("value", stat_specs_type(stat_specs))]))
+    def as_stats(value):
+      return collections.OrderedDict(zip(losses.EncodingStatistics._fields, value.value))
+
+    @tff.federated_computation()
+    def init_fn():
+      return tff.federated_zip(collections.OrderedDict(
+          statistics=stats_phase.initialize(), update=update_phase.initialize()))
+
+    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(data_type, tff.CLIENTS),
+                               init_fn.type_signature.result)
+    def private_round(weights, seed, data, state):
+      weights_at_clients = tff.federated_broadcast(weights)
+      seed_at_clients = tff.federated_broadcast(seed)
+      if privacy.enabled:
+        params = tff.federated_broadcast(stats_phase.params(state.statistics))
+        out = tff.federated_map(client_statistics_sum,
+                                (weights_at_clients, seed_at_clients, data, params))
+        total, stats_state, _ = stats_phase.next(state.statistics, out[0])
+      else:
+        out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
+        total, stats_state = stats_phase.next(state.statistics, out[0], out[1])
+      aggregate = (tff.federated_map(as_stats, tff.federated_zip(
+          collections.OrderedDict(value=total))) if privacy.enabled else total)
+      aggregate_at_clients = tff.federated_broadcast(aggregate)
+      if privacy.enabled:
+        params = tff.federated_broadcast(update_phase.params(state.update))
+        out = tff.federated_map(client_update_sum, (weights_at_clients, seed_at_clients,
+                                                    aggregate_at_clients, data, params))
+        update, update_state, _ = update_phase.next(state.update, out[0])
+        update = update[0]
+      else:
+        out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
+                                                aggregate_at_clients, data))
+        update, update_state = update_phase.next(
+            state.update, tff.federated_map(_one_tuple(w_type), out[0]), out[1])
+        update = update[0]
+      return collections.OrderedDict(
+          update=update, loss=tff.federated_mean(out[2], weight=out[1]),
+          aggregator_state=tff.federated_zip(collections.OrderedDict(
+              statistics=stats_state, update=update_state)))
+
+    self._aggregator = _Initial(init_fn)
+    self.private_round = private_round
+    self.client_statistics_sum = client_statistics_sum
+    self.client_update_sum = client_update_sum
 
   def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
     """The round's aggregated update Δ and mean client loss, before the server optimizer step."""
@@ -201,7 +367,9 @@ class DCCOProcess(common.ServerLoop):
     data = (grouping.pack(clients, self.simulation.group_size) if self.simulation.grouped
             else clients)
     weights = common.flat_weights(state.weights)
-    if self.split_phases:  # Mergeable execution: one aggregation per computation.
+    if self.config.privacy.any:
+      out = dict(self.private_round(weights, seed, data, state.aggregator_state))
+    elif self.split_phases:  # Mergeable execution: one aggregation per computation.
       stats = self.aggregate_statistics(weights, seed, data)
       out = dict(self.aggregate_updates(weights, seed, stats, data))
     else:
@@ -214,15 +382,47 @@ class DCCOProcess(common.ServerLoop):
     are accepted and not used)."""
     del client_ids, store
     out = self.compute_update(state, clients)
-    return self.finish_round(state, out["update"], out["loss"], len(clients))
+    return self.finish_round(state, out["update"], out["loss"], len(clients),
+                             out.get("aggregator_state", ()))
+
+
+def stat_specs_type(specs):
+  return tff.StructWithPythonType([tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in specs],
+                                  list)
+
+
+def _one_tuple(w_type):
+  """A flat update as the one-element struct the weighted phase aggregates."""
+
+  @tff.tensorflow.computation(w_type)
+  def wrap(x):
+    return [x]
+
+  return wrap
+
+
+class _Initial:
+  """What `ServerLoop.initialize` asks of an aggregator: its initial state."""
+
+  def __init__(self, init_fn):
+    self.initialize = init_fn
 
 
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
   """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
+  private = privacy_lib.from_config(config, releases=2)
+  privacy_lib.check_simulation(private, config.simulation)
+  denominator = 0.0
+  if private.enabled:
+    if not data_lib.PARTITIONS[config.partition].fixed_size:
+      raise ValueError(f"DP-DCCO divides its noised sums by the expected images per round, public "
+                       f"only where every client holds --samples_per_client images; partition "
+                       f"{config.partition!r} has clients of unequal size: use a fixed-size one")
+    denominator = float(config.clients_per_round * config.samples_per_client)
   return (DCCOConfig(cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
                      client_learning_rate=config.client_learning_rate,
                      local_steps=config.local_steps, augment=config.augment_config(),
-                     seed=config.seed),
+                     seed=config.seed, privacy=private, denominator=denominator),
           grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 
@@ -234,7 +434,7 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 
 
 METHOD = Method(
-    name="dcco", kind="federated", fields=FEDERATED_FIELDS, ssl=("cco",),
+    name="dcco", kind="federated", fields=FEDERATED_FIELDS + privacy_lib.FIELDS, ssl=("cco",),
     validate=process_config, build=build,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
                     "encoding statistics as if each image were encoded alone (batch statistics "

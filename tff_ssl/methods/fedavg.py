@@ -29,7 +29,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import aggregators
+from tff_ssl import aggregators, privacy
+from tff_ssl import data as data_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.federated import client_state as client_state_lib
@@ -152,6 +153,10 @@ class FedAvgSSLProcess(common.ServerLoop):
       self._initial_client_state = client_state.initial(model)
     self.factory = factory = (aggregation_factory if aggregation_factory is not None
                               else aggregators.FedAvgFactory())
+    if isinstance(factory, aggregators.PrivateFactory) and parts.reports:
+      term = client_work.reporting_terms(config, model)[0]
+      raise ValueError(f"--dp refuses {term.key}: its clients upload a report beside their "
+                       f"update, which would be released without noise; drop one of the two")
     all_specs, specs = model.weight_specs, self.trained_specs
     w_type = common.flat_type(all_specs)  # The broadcast crosses the TFF boundary as one vector.
     u_type = common.tensors_type(specs)  # The upload: the trained tensors' Delta_k.
@@ -169,7 +174,7 @@ class FedAvgSSLProcess(common.ServerLoop):
       extra = parts.at_clients(args)
       inputs = (weights_at_clients, tff.federated_broadcast(args.seed), args.data)
       if simulation.grouped:
-        inputs += (tff.federated_broadcast(args.aggregator_state.round),)
+        inputs += (tff.federated_broadcast(self.factory.client_argument(args.aggregator_state)),)
       out = tff.federated_map(client_update, inputs + ((extra,) if extra is not None else ()))
       if simulation.grouped:
         aggregated = self.aggregator.next(args.aggregator_state, out[0])
@@ -215,10 +220,9 @@ class FedAvgSSLProcess(common.ServerLoop):
         delta, first_loss, mean_loss, n, new_state, report = client_work.client_round(
             model, cfg, self.client_state, weights, seed, {"images": images, "ids": ids_k}, state,
             context, client_id, mask)
-        scale, log_weight, stats = factory.client_terms(
-            delta, ClientInfo(n, mean_loss, mask.select(weights)), round_num)
-        return (factory.accumulate(acc[0], delta, scale, log_weight, stats),
-                acc[1] + n * first_loss, acc[2] + n), new_state, report
+        acc_k = factory.fold(acc[0], delta, ClientInfo(n, mean_loss, mask.select(weights)),
+                             round_num)
+        return (acc_k, acc[1] + n * first_loss, acc[2] + n), new_state, report
 
       zero = tf.constant(0.0)
       (acc, loss_sum, n), outputs = parts.fold(
@@ -235,12 +239,13 @@ class FedAvgSSLProcess(common.ServerLoop):
         contribution, loss, n, outputs = looped(weights, seed, data, round_num, extra)
       if self._flat_upload:
         contribution = contribution._replace(value=[common.flatten(contribution.value)])
-      out = (aggregators.base._as_struct(contribution), loss, n)  # pylint: disable=protected-access
+      out = (factory.as_upload(contribution), loss, n)
       return out + tuple(outputs)
 
     return parts.tensorflow_computation(client_update, [
         ("weights", w_type), ("seed", common.SEED_TYPE),
-        ("data", grouping.group_input_type(image_shape)), ("round_num", tff.TensorType(np.int32))])
+        ("data", grouping.group_input_type(image_shape)),
+        ("round_num", factory.client_argument_type(common.tensors_type(specs)))])
 
   def _reference_client_update(self, w_type, image_shape):
     """One real client's computation: (Delta_k, first-step loss, N_k, mean loss[, new state[, its
@@ -341,7 +346,7 @@ class FedAvgSSLProcess(common.ServerLoop):
 
 # Fields FedAvg-style methods read beyond every federated method's (DCCO's update aggregation is its
 # N_k-weighted mean, and its clients take full-batch steps).
-FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + (client_work.LOCAL_BATCH_SIZE,
+FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + privacy.FIELDS + (client_work.LOCAL_BATCH_SIZE,
                                                   client_work.LOCAL_UNIT,
                                                   client_work.CLIENT_WEIGHT_DECAY,
                                                   common.CLIENT_LR_SCHEDULE, "warmup_fraction")
@@ -350,13 +355,16 @@ FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + (client_work.LOCAL_BATCH_SIZE,
 def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
                                     grouping.Simulation]:
   """The FedAvg process's typed configs of an `ExperimentConfig` (building them validates them)."""
+  private = privacy.from_config(config)
+  privacy.check_simulation(private, config.simulation)
   aggregator = aggregators.AggregatorConfig(
       name=config.aggregator, granularity=config.aggregator_granularity,
       scale_normalization=config.scale_normalization,
       fedavg_warmup_rounds=config.fedavg_warmup_rounds,
-      measure_divergence=config.measure_divergence)
+      measure_divergence=config.measure_divergence, privacy=private,
+      equal_clients=data_lib.PARTITIONS[config.partition].fixed_size)
   aggregator.check_options()
-  return (ClientConfig(
+  client = ClientConfig(
       ssl=config.ssl, cco_lambda=config.cco_lambda, temperature=config.temperature,
       target_decay=config.target_decay, moco_queue=config.moco_queue,
       client_optimizer=config.client_optimizer,
@@ -364,8 +372,9 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
       local_batch_size=config.local_batch_size, local_unit=config.local_unit, augment=config.augment_config(), seed=config.seed,
       head_norm=config.head_norm, lr_schedule=config.client_lr_schedule,
-      warmup_fraction=config.warmup_fraction, rounds=config.rounds),
-          aggregator, grouping.Simulation(mode=config.simulation, group_size=config.group_size))
+      warmup_fraction=config.warmup_fraction, rounds=config.rounds)
+  return client, aggregator, grouping.Simulation(mode=config.simulation,
+                                                 group_size=config.group_size)
 
 
 def build(config, model: FunctionalModel, image_shape: Sequence[int],

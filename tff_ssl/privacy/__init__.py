@@ -1,0 +1,224 @@
+"""Privacy on the wire: client-level differential privacy with accounting, secure aggregation and
+compressed updates, for the methods that average clients' updates (and DCCO's statistics).
+
+    --dp=gaussian_fixed     each client's release clipped to L2 norm C (--dp_clip), the clipped
+                            releases summed, Gaussian noise of std sigma * C added to the sum, the
+                            sum divided by a public denominator (the clients per round; DCCO: the
+                            expected images per round)
+    --dp=gaussian_adaptive  the same with C adapted to the clients' median norm (Andrew et al.,
+                            2021; TFF's `gaussian_adaptive`), starting from --dp_clip
+    --dp_noise_multiplier   sigma; or --dp_target_epsilon, which calibrates sigma up front from the
+                            planned rounds and sampling (`accounting.calibrate`)
+    --secure_aggregation    the round's sums through TFF's quantized secure sum
+                            (`federated_secure_sum_bitwidth`)
+    --compression=quantize8 the updates through TFF's encoded sum (uniform 8-bit quantization)
+
+DP uses uniform weights over clipped updates, as DP-FedAvg does (McMahan et al., 2018): a client's
+weight N_k would scale its sensitivity. Built from TFF's `DifferentiallyPrivateFactory` over
+tensorflow_privacy queries (`queries.py`: seeded noise, records clipped per real client inside a
+grouped slot); epsilon at delta = 1 / population per round by `dp_accounting` (`accounting.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import tensorflow_federated as tff
+import tensorflow_privacy as tfp
+# gaussian_adaptive's noise split (not exported under tff.aggregators).
+from tensorflow_federated.python.aggregators.differential_privacy import \
+    adaptive_clip_noise_params
+
+from tff_ssl.config_fields import Field
+from tff_ssl.privacy import accounting, queries
+
+DP_MECHANISMS = ("off", "gaussian_fixed", "gaussian_adaptive")
+COMPRESSIONS = {"none": None, "quantize8": 8, "quantize4": 4}
+# TFF's quantization acts on tensors above this many entries (compression_aggregator's default).
+COMPRESSION_THRESHOLD = 20000
+# A clip that never binds: TF's global-norm clip returns NaN at an infinite clip, and at 2**100 it
+# multiplies by exactly 1.0 (a power of two over itself).
+NO_CLIP = 2.0 ** 100
+
+DP = Field("dp", "off", "Client-level differential privacy: off; gaussian_fixed (clip to --dp_clip, "
+           "Gaussian noise sigma * clip on the sum, a public denominator); gaussian_adaptive (the "
+           "clip adapts to the clients' median update norm, from --dp_clip).",
+           choices=DP_MECHANISMS)
+DP_NOISE_MULTIPLIER = Field("dp_noise_multiplier", 0.0, "DP: the noise multiplier sigma (noise std "
+                            "over the clip) of every release; with --dp_target_epsilon, leave 0.",
+                            lower=0)
+DP_CLIP = Field("dp_clip", 1.0, "DP: each client's L2 clip of its update (gaussian_adaptive: the "
+                "initial clip).", lower=0, note="0: no clipping, only with noise multiplier 0")
+DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
+                           "encoding statistics' sum (N_k times its statistics).", lower=0,
+                           note="0: no clipping, only with noise multiplier 0")
+DP_TARGET_EPSILON = Field("dp_target_epsilon", 0.0, "DP: choose the noise multiplier so that the "
+                          "planned run (rounds, clients per round, population) ends at this epsilon "
+                          "at delta = 1 / population.", lower=0, note="0: use --dp_noise_multiplier")
+SECURE_AGGREGATION = Field("secure_aggregation", False, "Sum the round's releases with TFF's "
+                           "quantized secure sum (federated_secure_sum_bitwidth); "
+                           "--simulation=reference.")
+COMPRESSION = Field("compression", "none", "Quantize each client's update with TFF's encoded sum "
+                    "(uniform quantization of tensors above 20,000 entries); "
+                    "--simulation=reference.", choices=tuple(COMPRESSIONS))
+FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_STATISTICS_CLIP, DP_TARGET_EPSILON,
+          SECURE_AGGREGATION, COMPRESSION)
+FIELD_NAMES = tuple(f.name for f in FIELDS)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyConfig:
+  """A run's privacy settings (`FIELDS`). `clip` / `statistics_clip` 0 or inf: no clipping.
+
+  population / clients_per_round / rounds: the planned run (accounting, the public denominator);
+  releases: Gaussian releases per round (FedAvg-style 1, DCCO 2); seed: the noise's.
+  """
+
+  dp: str = "off"
+  noise_multiplier: float = 0.0
+  clip: float = 1.0
+  statistics_clip: float = 1.0
+  target_epsilon: float = 0.0
+  secure_aggregation: bool = False
+  compression: str = "none"
+  population: int = 1
+  clients_per_round: int = 1
+  rounds: int = 1
+  releases: int = 1
+  seed: int = 0
+
+  def __post_init__(self):
+    DP.check(self.dp)
+    COMPRESSION.check(self.compression)
+    for field, value in ((DP_NOISE_MULTIPLIER, self.noise_multiplier),
+                         (DP_TARGET_EPSILON, self.target_epsilon)):
+      field.check(value)
+    for name, value in (("dp_clip", self.clip), ("dp_statistics_clip", self.statistics_clip)):
+      if not value >= 0:
+        raise ValueError(f"--{name} must be >= 0 (0: no clipping); got {value}")
+    if self.dp == "off":
+      set_ = [f"--{n}" for n, v, d in (("dp_noise_multiplier", self.noise_multiplier, 0.0),
+                                       ("dp_target_epsilon", self.target_epsilon, 0.0))
+              if v != d]
+      if set_:
+        raise ValueError(f"{set_[0]} is read only with --dp; set --dp=gaussian_fixed (or "
+                         f"gaussian_adaptive) or remove it")
+      return
+    if self.noise_multiplier and self.target_epsilon:
+      raise ValueError(f"--dp_noise_multiplier={self.noise_multiplier} and --dp_target_epsilon="
+                       f"{self.target_epsilon} both set the noise; give one")
+    if self.noise_multiplier and (self.unclipped or self.statistics_unclipped and
+                                  self.releases > 1):
+      raise ValueError(f"noise multiplier {self.noise_multiplier} with no clipping (--dp_clip=0) "
+                       f"bounds nothing; set a clip > 0")
+    if self.dp == "gaussian_adaptive" and self.unclipped:
+      raise ValueError("gaussian_adaptive adapts the clip from --dp_clip; give it an initial "
+                       "clip > 0")
+    if not 1 <= self.clients_per_round <= self.population:
+      raise ValueError(f"DP samples {self.clients_per_round} clients a round from a population of "
+                       f"{self.population}; choose clients_per_round <= num_clients")
+
+  @property
+  def enabled(self) -> bool:
+    return self.dp != "off"
+
+  @property
+  def adaptive(self) -> bool:
+    return self.dp == "gaussian_adaptive"
+
+  @property
+  def unclipped(self) -> bool:
+    return self.clip == 0 or math.isinf(self.clip)
+
+  @property
+  def statistics_unclipped(self) -> bool:
+    return self.statistics_clip == 0 or math.isinf(self.statistics_clip)
+
+  @property
+  def any(self) -> bool:
+    """Whether anything on the wire differs from a plain sum."""
+    return self.enabled or self.secure_aggregation or self.compression != "none"
+
+  @property
+  def delta(self) -> float:
+    return accounting.default_delta(self.population)
+
+  @property
+  def sigma(self) -> float:
+    """The noise multiplier of every release: given, or calibrated to the target epsilon."""
+    if not self.enabled:
+      return 0.0
+    if self.target_epsilon:
+      return accounting.calibrate(self.target_epsilon, self.releases, self.population,
+                                  self.clients_per_round, self.rounds, self.delta)
+    return self.noise_multiplier
+
+  def round_event(self, sigma: float | None = None):
+    """One round's DP event (`accounting.round_event`)."""
+    sigma = self.sigma if sigma is None else sigma
+    return accounting.round_event([sigma] * self.releases, self.population,
+                                  self.clients_per_round)
+
+  def clip_value(self, statistics: bool = False) -> float:
+    unclipped = self.statistics_unclipped if statistics else self.unclipped
+    return NO_CLIP if unclipped else float(self.statistics_clip if statistics else self.clip)
+
+  def query(self, sigma: float, denominator: float, release: int = 0, *, statistics=False,
+            presummed: bool = False, value_specs=None) -> queries.SeededQuery:
+    """The tfp query of release `release` (its noise seeded by (seed, release)): clipped sum, noise
+    sigma * clip, divided by `denominator`; TFF's gaussian_adaptive query where adaptive."""
+    clip = self.clip_value(statistics)
+    if self.adaptive:
+      # TFF's split of the total sigma between the values and the clipped count.
+      try:
+        value_sigma, count_std = adaptive_clip_noise_params(float(sigma), float(denominator))
+      except ValueError:
+        raise ValueError(f"gaussian_adaptive at noise multiplier {sigma:.3g} needs more than "
+                         f"{math.ceil(10 * sigma)} clients a round (its clipped count's noise is "
+                         f"0.05 x clients); got {denominator:g}: sample more, or use "
+                         f"gaussian_fixed") from None
+      inner = tfp.NormalizedQuery(tfp.QuantileAdaptiveClipSumQuery(
+          initial_l2_norm_clip=clip, noise_multiplier=value_sigma, target_unclipped_quantile=0.5,
+          learning_rate=0.2, clipped_count_stddev=count_std, expected_num_records=denominator,
+          geometric_update=True), denominator=denominator)
+    else:
+      inner = tfp.NormalizedQuery(tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * sigma),
+                                  denominator=float(denominator))
+    return queries.SeededQuery(inner, [self.seed * 1000 + release, 0], presummed=presummed,
+                               value_specs=value_specs)
+
+  def record_sum_factory(self, bound: float) -> tff.aggregators.UnweightedAggregationFactory:
+    """How records are summed: TFF's secure sum (values clipped to [-bound, bound], quantized to 32
+    bits), TFF's encoded (quantized) sum, or the plain sum."""
+    if self.secure_aggregation:
+      return tff.aggregators.SecureSumFactory(float(bound))
+    bits = COMPRESSIONS[self.compression]
+    if bits:
+      return tff.aggregators.EncodedSumFactory.quantize_above_threshold(
+          quantization_bits=bits, threshold=COMPRESSION_THRESHOLD)
+    return tff.aggregators.SumFactory()
+
+
+def from_config(config, releases: int = 1) -> PrivacyConfig:
+  """The `PrivacyConfig` of an `ExperimentConfig` (its fields, its planned run)."""
+  return PrivacyConfig(
+      dp=config.dp, noise_multiplier=config.dp_noise_multiplier, clip=config.dp_clip,
+      statistics_clip=config.dp_statistics_clip, target_epsilon=config.dp_target_epsilon,
+      secure_aggregation=config.secure_aggregation, compression=config.compression,
+      population=config.num_clients, clients_per_round=config.clients_per_round,
+      rounds=config.rounds, releases=releases, seed=config.seed)
+
+
+def check_simulation(privacy: PrivacyConfig, simulation: str) -> None:
+  """Secure aggregation and compression act on what each real client sends, which only the
+  reference simulation has: a grouped slot would quantize its clients' partial sum (one rounding
+  for many clients)."""
+  if simulation == "reference":
+    return
+  if privacy.secure_aggregation:
+    raise ValueError("--secure_aggregation quantizes each real client's value before the secure "
+                     "sum; grouped slots would quantize a partial sum: add --simulation=reference")
+  if privacy.compression != "none":
+    raise ValueError(f"--compression={privacy.compression} quantizes each real client's update; "
+                     f"grouped slots would quantize a partial sum: add --simulation=reference")

@@ -1,0 +1,120 @@
+"""One private release per round: the building block of DP-FedAvg's update and DP-DCCO's two
+releases.
+
+    at each real client (inside its TFF slot)    record_k = clip(value_k, C)          (`add`)
+    in the slot                                  sum of its clients' records
+    TFF (`create`: TFF's DifferentiallyPrivateFactory over a presummed `queries.SeededQuery`)
+                                                 sum over slots (plain, secure or encoded sum)
+                                                 + N(0, (sigma C)^2 I), / denominator
+    state@SERVER                                 the query's state (its seed, the adaptive clip)
+                                                 and the params the clients clip with
+
+The params (the current clip) cross to the clients as a broadcast of `state.params`, so a grouped
+slot clips each of its real clients before summing: the same mechanism as one client per slot.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Sequence
+
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl.privacy import PrivacyConfig, queries
+
+
+class PrivateRelease:
+  """A release of values of `value_specs` (a list of `tf.TensorSpec`s) under `privacy` at noise
+  multiplier `sigma`, normalized by the public `denominator`; `release`: its index in the round
+  (seeds its noise apart); `statistics`: clipped at `privacy.statistics_clip` (DCCO's phase 1)."""
+
+  def __init__(self, privacy: PrivacyConfig, sigma: float, denominator: float,
+               value_specs: Sequence[tf.TensorSpec], release: int = 0, statistics: bool = False,
+               bound: float | None = None):
+    self.privacy, self.sigma, self.denominator = privacy, float(sigma), float(denominator)
+    self.value_specs = list(value_specs)
+    self.query = privacy.query(sigma, denominator, release, statistics=statistics, presummed=True,
+                               value_specs=self.value_specs)
+    self.clip = privacy.clip_value(statistics)
+    # The secure sum's range: a record's entries lie within the clip; a slot's sum within `bound`.
+    self.bound = float(bound if bound is not None else self.clip)
+
+  # -- at the clients (TensorFlow) ---------------------------------------------------------------
+  def initial_params(self):
+    return self.query.derive_sample_params(self.query.initial_global_state())
+
+  def zero(self):
+    """The empty sum of records."""
+    return queries.zero_record(self.query, self.initial_params(), self.value_specs)
+
+  def add(self, acc, params, values):
+    """`acc` + the clipped record of one real client's `values`."""
+    return queries.clip_and_sum(self.query, params, list(values), acc)
+
+  def clip_of(self, params) -> tf.Tensor:
+    """The clip the params hold (the adaptive clip's current value)."""
+    return tf.nest.flatten(params)[0]
+
+  # -- TFF ---------------------------------------------------------------------------------------
+  def types(self):
+    """(record type, params type) as TFF types."""
+    specs = self.value_specs
+
+    @tff.tensorflow.computation()
+    def example():
+      params = self.initial_params()
+      zeros = [tf.zeros(s.shape, s.dtype) for s in specs]
+      return self.query.inner.preprocess_record(params, zeros), params
+
+    return example.type_signature.result[0], example.type_signature.result[1]
+
+  def create(self) -> "ReleaseProcess":
+    record_type, params_type = self.types()
+    factory = tff.aggregators.DifferentiallyPrivateFactory(
+        self.query, self.privacy.record_sum_factory(self.bound))
+    return ReleaseProcess(factory.create(record_type), self, record_type, params_type)
+
+
+class ReleaseProcess:
+  """The TFF side of a `PrivateRelease`: `initialize()` (federated: the state at SERVER),
+  `next(state, records@CLIENTS)` -> (result@SERVER, new state, measurements@SERVER) inside a
+  federated computation, and `params(state)` (federated: what the clients clip with)."""
+
+  def __init__(self, process, release: PrivateRelease, record_type, params_type):
+    self.process, self.release = process, release
+    self.record_type, self.params_type = record_type, params_type
+    dp_state_type = process.initialize.type_signature.result.member
+    query = release.query
+
+    @tff.tensorflow.computation(dp_state_type.query_state)
+    def params_fn(query_state):
+      return query.derive_sample_params(query_state)
+
+    @tff.tensorflow.computation(params_type)
+    def clip_fn(params):
+      return release.clip_of(params)
+
+    self._params_fn, self._clip_fn = params_fn, clip_fn
+
+  def initialize(self):
+    """Federated (call inside a federated computation): the state at SERVER."""
+    dp = self.process.initialize()
+    return tff.federated_zip(collections.OrderedDict(
+        dp=dp, params=tff.federated_map(self._params_fn, dp.query_state)))
+
+  @property
+  def state_type(self):
+    dp_type = self.process.initialize.type_signature.result
+    return tff.FederatedType(tff.StructType([("dp", dp_type.member),
+                                             ("params", self.params_type)]), tff.SERVER)
+
+  def params(self, state):
+    return state.params
+
+  def next(self, state, records):
+    out = self.process.next(state.dp, records)
+    params = tff.federated_map(self._params_fn, out.state.query_state)
+    new_state = tff.federated_zip(collections.OrderedDict(dp=out.state, params=params))
+    return out.result, new_state, tff.federated_map(self._clip_fn, params)
+
