@@ -46,6 +46,37 @@ def message_bytes(value_type) -> int:
   return total
 
 
+# The intrinsics that move CLIENTS values to the SERVER (their first argument: what clients send).
+UPLOAD_INTRINSICS = ("federated_sum", "federated_mean", "federated_weighted_mean",
+                     "federated_aggregate", "federated_secure_sum", "federated_secure_sum_bitwidth",
+                     "federated_secure_modular_sum", "federated_max", "federated_min")
+
+
+def upload_bytes(computation) -> dict[str, int]:
+  """Bytes each client sends in one call of a federated `computation`, per intrinsic (summed over
+  its calls) and in total (`total`), read from the computation's types: the CLIENTS-placed
+  argument of every aggregation intrinsic it calls (an encoded sum's packed integers, a secure
+  sum's quantized integers, a plain sum's floats)."""
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.compiler import building_blocks
+  # pylint: enable=g-import-not-at-top
+  out: dict[str, int] = {}
+
+  def visit(bb):
+    if (isinstance(bb, building_blocks.Call) and isinstance(bb.function, building_blocks.Intrinsic)
+        and bb.function.uri in UPLOAD_INTRINSICS):
+      arg = bb.argument.type_signature
+      value = arg[0] if isinstance(arg, tff.StructType) else arg
+      size = message_bytes(value)
+      out[bb.function.uri] = out.get(bb.function.uri, 0) + size
+    for child in bb.children():
+      visit(child)
+
+  visit(computation.to_building_block())
+  out["total"] = sum(out.values())
+  return out
+
+
 def _unplaced(value_type):
   if isinstance(value_type, tff.FederatedType):
     return value_type.member

@@ -37,6 +37,7 @@ from tff_ssl import progress as progress_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl import runner
 from tff_ssl.config_fields import Field
+from tff_ssl import privacy as privacy_lib
 from tff_ssl.federated import common, grouping, ssl_model
 from tff_ssl.training import PretrainConfig, centralized, pretrain
 
@@ -179,6 +180,8 @@ class _ExperimentConfig:
     method = methods.get(self.method)
     own = method.reads(self)
     stray = sorted(f for f in fields_set if f in method_specific_fields() and f not in own)
+    if stray and method.no_privacy and stray[0] in privacy_lib.FIELD_NAMES:
+      raise ValueError(f"--{stray[0]} is refused by method {self.method!r}: {method.no_privacy}")
     if stray:
       readers = ([m for m, spec in methods.METHODS.items() if stray[0] in spec.field_names] +
                  [f"--ssl={s}" for s, spec in ssl_lib.SSL_METHODS.items()

@@ -55,6 +55,8 @@ class Method:
   divergence_hint(config): what to change when the loss became NaN (appended to the error).
   no_batch_heads: why the method cannot train with batch-statistics heads (`--head_norm=batch`);
     empty: it can.
+  no_privacy: why the method refuses --dp, --secure_aggregation and --compression (it does not
+    read them); empty: it reads them, or is not federated.
   auxiliary: the method's server trains on unlabeled images of its own (LW-FedSSL's calibration):
     the runner holds `config.auxiliary_fraction` of the training images out of the clients' data
     and passes them in the build context (`BuildContext.auxiliary`: {"images": ..., "ids": ...}).
@@ -71,6 +73,7 @@ class Method:
   divergence_hint: Callable[[Any], str] | None = None
   no_batch_heads: str = ""
   auxiliary: bool = False
+  no_privacy: str = ""
 
   def __post_init__(self):
     if self.kind not in KINDS:

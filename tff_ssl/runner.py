@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import evaluation, methods, rundir, runtime
+from tff_ssl import privacy as privacy_lib
 from tff_ssl import data as data_lib
 from tff_ssl import progress as progress_lib
 from tff_ssl.data.client_data import PartitionedClientData
@@ -30,6 +31,7 @@ from tff_ssl.federated import client_state, common, ssl_model
 from tff_ssl.federated import process as process_lib
 from tff_ssl.federated.common import ServerState
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.privacy import accounting
 
 ENCODER_NAME = ssl_model.ENCODER_NAME
 ssl_model_builder = ssl_model.ssl_model_builder
@@ -193,6 +195,7 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   if store is not None:
     store.rollback(state.round_num)
   probe, knn = config.probe_config(), config.knn_config()
+  ledger = privacy_ledger(config)
   start = time.perf_counter()
   bar = progress_lib.bar(config.rounds, desc="rounds", unit="round", initial=state.round_num,
                          enabled=progress)
@@ -225,6 +228,8 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
             list((metrics.get("aggregation") or {}).items()) +
             list(common.kernel_norms(model.names, model.initial_weights, state.weights).items()))
       released = {"loss": np.float32(metrics["loss"])}
+      if ledger is not None:
+        released["epsilon"] = np.float32(ledger.after_round(r, metrics.pop("dp_events")))
       if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
         released["linear_probe_accuracy"] = np.float32(_evaluate(
             process.encoders(state, store),
@@ -251,7 +256,10 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
         if store is not None:  # Versions no kept checkpoint needs.
           store.prune(min(asyncio.run(state_manager.get_versions()) or [state.round_num]))
       bar.update(1)
-      bar.set_postfix(loss=f"{metrics['loss']:.2f}")
+      postfix = {"loss": f"{metrics['loss']:.2f}"}
+      if ledger is not None:
+        postfix["eps"] = f"{released['epsilon']:.2f}"
+      bar.set_postfix(**postfix)
   finally:
     bar.close()
   # One encoder (the global model's), or one per heterogeneous architecture: their mean, and each.
@@ -276,13 +284,46 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
       if len(chosen) > 1:
         results[f"{name}_accuracy_{which}_each"] = each
 
+  if ledger is not None:
+    results.update(ledger.summary())
   results["seconds"] = round(time.perf_counter() - start, 1)
   return results, encoders
 
 
+class PrivacyLedger:
+  """A DP run's accounting: each round's releases (the events its process reports, as TFF's DP
+  factory records them) composed under the run's client sampling (fixed-size, without replacement:
+  `tff.simulation.build_uniform_sampling_fn`), epsilon at delta = 1 / population after every round
+  (`privacy.accounting`). A resumed run's earlier rounds ran the same mechanism: they enter the
+  ledger with the first round it runs."""
+
+  def __init__(self, config):
+    self.config = config
+    self.privacy = privacy_lib.from_config(config)
+    self.ledger = accounting.Ledger(self.privacy.delta, "fixed")
+    self.noise_multipliers: list[float] = []
+
+  def after_round(self, round_num: int, events) -> float:
+    event = accounting.sampled_round(events, self.config.num_clients,
+                                     self.config.clients_per_round, "fixed")
+    self.ledger.add(event, count=round_num + 1 - sum(self.ledger.rounds.values()))
+    self.noise_multipliers = [float(getattr(e, "noise_multiplier", np.nan)) for e in events]
+    return self.ledger.epsilon()
+
+  def summary(self) -> dict:
+    return {"dp": self.config.dp, "epsilon": self.ledger.epsilon(), "delta": self.privacy.delta,
+            "dp_noise_multiplier": self.noise_multipliers[0] if self.noise_multipliers else None,
+            "dp_rounds": sum(self.ledger.rounds.values())}
+
+
+def privacy_ledger(config) -> PrivacyLedger | None:
+  """The run's `PrivacyLedger`, where it runs with --dp."""
+  return PrivacyLedger(config) if getattr(config, "dp", "off") != "off" else None
+
+
 # What metrics.csv holds per round; each checkpoint holds them too (`program_state`), so a resumed
 # run writes back exactly the rounds its checkpoint covers (`restore_metrics`).
-RELEASED = ("loss", "linear_probe_accuracy", "knn_accuracy")
+RELEASED = ("loss", "linear_probe_accuracy", "knn_accuracy", "epsilon")
 
 
 def program_state(state: ServerState, history) -> dict[str, Any]:

@@ -372,6 +372,7 @@ def configure_context(*, max_concurrent_slots: int | None = None,
   from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
   # pylint: enable=g-import-not-at-top
   stop_workers()  # The replaced context's workers, before TFF's own (SIGINT + wait) stop runs.
+  _quiet_unused_asserts()
   compiler_fn = _lowering_secure_sums(
       compiler.desugar_and_transform_to_native
       if _context_options["static_graph_optimization"] else _compile_without_grappler)
@@ -404,6 +405,21 @@ def configure_context(*, max_concurrent_slots: int | None = None,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
   context_stack_impl.context_stack.set_default_context(context)
+
+
+class _UnusedAssertFilter(logging.Filter):
+  """Drops TF's "Object was never used" error: TFF traces its computations in graph mode, where the
+  asserts of its secure sum (and of its lowered form) are run by the worker, not by Python: a false
+  alarm, printed with a stack per assert."""
+
+  def filter(self, record):
+    return "Object was never used" not in record.getMessage()
+
+
+def _quiet_unused_asserts():
+  logger = logging.getLogger("tensorflow")
+  if not any(isinstance(f, _UnusedAssertFilter) for f in logger.filters):
+    logger.addFilter(_UnusedAssertFilter())
 
 
 def _lowering_secure_sums(compiler_fn):

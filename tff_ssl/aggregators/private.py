@@ -22,7 +22,7 @@ import tensorflow_federated as tff
 from tff_ssl.aggregators.base import (ClientInfo, StrategyFactory, _check_value_type, _specs,
                                       client_info_type)
 from tff_ssl.privacy import PrivacyConfig
-from tff_ssl.privacy.release import PrivateRelease
+from tff_ssl.privacy.release import PrivateRelease, dp_event
 
 
 class PrivateFactory(StrategyFactory):
@@ -68,6 +68,10 @@ class PrivateFactory(StrategyFactory):
   def contribution(self, update, info, argument):
     specs = [tf.TensorSpec(u.shape, u.dtype) for u in update]
     return self.fold(self.initial_accumulator(specs), list(update), info, argument)
+
+  def dp_events(self, state) -> list:
+    """The DP events of the round that returned aggregator state `state`."""
+    return [dp_event(state["release"])]
 
   # -- TFF processes -----------------------------------------------------------------------------
   def client_argument_type(self, value_type):

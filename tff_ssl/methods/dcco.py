@@ -39,7 +39,7 @@ from tff_ssl import data as data_lib
 from tff_ssl import privacy as privacy_lib
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.privacy import PrivacyConfig
-from tff_ssl.privacy.release import PrivateRelease
+from tff_ssl.privacy.release import PrivateRelease, dp_event
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext
@@ -382,8 +382,11 @@ class DCCOProcess(common.ServerLoop):
     are accepted and not used)."""
     del client_ids, store
     out = self.compute_update(state, clients)
-    return self.finish_round(state, out["update"], out["loss"], len(clients),
-                             out.get("aggregator_state", ()))
+    new_state, metrics = self.finish_round(state, out["update"], out["loss"], len(clients),
+                                           out.get("aggregator_state", ()))
+    if self.config.privacy.enabled:  # Both releases: the statistics, then the update.
+      metrics["dp_events"] = [dp_event(out["aggregator_state"][k]) for k in ("statistics", "update")]
+    return new_state, metrics
 
 
 def stat_specs_type(specs):

@@ -324,6 +324,8 @@ class FedAvgSSLProcess(common.ServerLoop):
     extra += list(extra_metrics.items())
     extra += list(client_work.schedule_measurements(self.config, state.round_num).items())
     metrics["aggregation"] = out["measurements"]
+    if isinstance(self.factory, aggregators.PrivateFactory):
+      metrics["dp_events"] = self.factory.dp_events(out["aggregator_state"])
     if extra:
       metrics["aggregation"] = collections.OrderedDict(
           list(dict(out["measurements"]).items()) + extra)

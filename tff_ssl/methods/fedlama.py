@@ -41,7 +41,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tff_ssl import aggregators
+from tff_ssl import aggregators, privacy
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import common
@@ -240,7 +240,8 @@ PHI = Field("fedlama_phi", 2, "FedLAMA: the relaxed layers' interval is phi time
             "intervals are re-chosen every phi base intervals.", lower=1,
             note="1: every layer at the base interval")
 # FedAvg's fields but its aggregation strategy's (FedLAMA aggregates in its own way), and its own.
-FIELDS = tuple(f for f in fedavg.FIELDS if f not in aggregators.FIELDS) + (INTERVAL, PHI)
+FIELDS = tuple(f for f in fedavg.FIELDS
+               if f not in aggregators.FIELDS + privacy.FIELDS) + (INTERVAL, PHI)
 
 
 def lama_config(config) -> FedLAMAConfig:
@@ -262,5 +263,7 @@ def build(config, model, image_shape, context=None) -> FedLAMAProcess:
 METHOD = Method(
     name="fedlama", kind="federated", fields=FIELDS, ssl=fedavg.METHOD.ssl, validate=_validate,
     build=build, min_samples=fedavg.METHOD.min_samples, divergence_hint=fedavg.divergence_hint,
+    no_privacy=("it aggregates each layer at an interval chosen from the clients' un-noised "
+                "per-layer divergences, and its clients keep the layers not aggregated"),
     summary="FedLAMA (L-DAWA's EUC): layer-wise adaptive aggregation intervals; clients keep the "
             "layers not aggregated.")

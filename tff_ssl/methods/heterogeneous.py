@@ -285,6 +285,9 @@ FIELDS = tuple(f for f in FEDERATED_FIELDS if not f.startswith("server_")) + (
 METHOD = Method(
     name="heterogeneous", kind="federated", fields=FIELDS, ssl=("byol", "simsiam", "simclr"),
     validate=_validate, build=build,
+    no_privacy=("its clients of different architectures send models of different shapes (or, "
+                "with --fedfoa, feature-correlation matrices), not one update a clipped sum "
+                "bounds"),
     min_samples=lambda config: fedfoa.min_samples(config, fedavg.METHOD.min_samples(config)),
     divergence_hint=lambda config: f"lower --client_learning_rate (now "
                                    f"{config.client_learning_rate})",

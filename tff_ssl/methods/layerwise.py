@@ -248,6 +248,10 @@ AUXILIARY_FRACTION = Field("auxiliary_fraction", 0.1, "LW-FedSSL: the fraction o
 
 def _validate(config) -> None:
   fedavg.process_config(config)
+  if config.dp != "off":
+    raise ValueError("--dp refuses the layer-wise family: it restarts its stage's aggregator every "
+                     "round (a fresh stage process), which would restart DP's noise stream and "
+                     "adaptive clip; remove --dp")
   if config.server_optimizer != "sgd" or config.server_lr_schedule != "constant":
     raise ValueError(f"layer-wise methods take the stage's aggregate as the new model: use "
                      f"--server_optimizer=sgd --server_lr_schedule=constant (got "

@@ -43,27 +43,39 @@ def default_delta(population: int) -> float:
   return 1.0 / population
 
 
-def release_events(noise_multipliers: Sequence[float], sampling: str = "fixed"
-                   ) -> list[dp_accounting.DpEvent]:
-  """The Gaussian events of a round's releases of noise multipliers sigma (noise std / clip),
-  relative to their sensitivity under `sampling`'s neighbouring relation (module docstring)."""
+def _scaled(event: dp_accounting.DpEvent, scale: float) -> dp_accounting.DpEvent:
+  """`event` with every Gaussian noise multiplier times `scale` (a sensitivity of 1 / scale)."""
+  if isinstance(event, dp_accounting.GaussianDpEvent):
+    sigma = float(event.noise_multiplier)
+    return (dp_accounting.GaussianDpEvent(scale * sigma) if sigma > 0
+            else dp_accounting.NonPrivateDpEvent())
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return dp_accounting.ComposedDpEvent([_scaled(e, scale) for e in event.events])
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return dp_accounting.SelfComposedDpEvent(_scaled(event.event, scale), event.count)
+  return event
+
+
+def sampled_round(events: Sequence[dp_accounting.DpEvent], population: int, sample_size: int,
+                  sampling: str = "fixed") -> dp_accounting.DpEvent:
+  """A round's event from the events its releases report (each relative to its clip, as TFF's DP
+  factory records them): the releases composed, scaled to the sampling's sensitivity, sampled."""
+  if not 1 <= sample_size <= population:
+    raise ValueError(f"a round samples 1 to {population} clients; got {sample_size}")
   _relation(sampling)
-  scale = 0.5 if sampling == "fixed" else 1.0
-  return [dp_accounting.GaussianDpEvent(scale * float(s)) if s > 0
-          else dp_accounting.NonPrivateDpEvent() for s in noise_multipliers]
+  events = [_scaled(e, 0.5 if sampling == "fixed" else 1.0) for e in events]
+  inner = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
+  if sampling == "fixed":
+    return dp_accounting.SampledWithoutReplacementDpEvent(population, sample_size, inner)
+  return dp_accounting.PoissonSampledDpEvent(sample_size / population, inner)
 
 
 def round_event(noise_multipliers: Sequence[float], population: int, sample_size: int,
                 sampling: str = "fixed") -> dp_accounting.DpEvent:
   """One round: `sample_size` of `population` clients sampled, then a release of each noise
   multiplier in `noise_multipliers`, all from the sampled clients."""
-  if not 1 <= sample_size <= population:
-    raise ValueError(f"a round samples 1 to {population} clients; got {sample_size}")
-  events = release_events(noise_multipliers, sampling)
-  inner = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
-  if sampling == "fixed":
-    return dp_accounting.SampledWithoutReplacementDpEvent(population, sample_size, inner)
-  return dp_accounting.PoissonSampledDpEvent(sample_size / population, inner)
+  return sampled_round([dp_accounting.GaussianDpEvent(float(s)) for s in noise_multipliers],
+                       population, sample_size, sampling)
 
 
 def accountant(sampling: str = "fixed") -> rdp_lib.RdpAccountant:

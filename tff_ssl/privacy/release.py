@@ -18,6 +18,8 @@ from __future__ import annotations
 import collections
 from typing import Sequence
 
+import dp_accounting
+
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -118,3 +120,12 @@ class ReleaseProcess:
     new_state = tff.federated_zip(collections.OrderedDict(dp=out.state, params=params))
     return out.result, new_state, tff.federated_map(self._clip_fn, params)
 
+
+
+def dp_event(state) -> dp_accounting.DpEvent:
+  """The DP event of the release that produced `state` (a `ReleaseProcess` state, as a round
+  returns it): what TFF's DP factory recorded (`extract_dp_event_from_state`'s reading)."""
+  dp = state["dp"]
+  if bool(dp.is_init_state):
+    raise ValueError("the release's state is its initial one; no round has released anything")
+  return dp_accounting.DpEvent.from_named_tuple(dp.dp_event)
