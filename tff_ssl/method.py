@@ -124,6 +124,11 @@ class Method:
     if self.ssl and config.ssl not in self.ssl:
       raise ValueError(f"method {self.name!r} trains with ssl in {list(self.ssl)}; got "
                        f"ssl={config.ssl!r}")
+    if self.no_privacy:
+      from tff_ssl import privacy  # pylint: disable=g-import-not-at-top  # (imports TFF)
+      set_ = [f.name for f in privacy.FIELDS if getattr(config, f.name, f.default) != f.default]
+      if set_:
+        raise ValueError(f"--{set_[0]} is refused by method {self.name!r}: {self.no_privacy}")
     self.validate(config)
 
   def hint(self, config) -> str:
