@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+from tff_ssl import privacy
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.config_fields import Field
 
@@ -125,7 +126,6 @@ class Method:
       raise ValueError(f"method {self.name!r} trains with ssl in {list(self.ssl)}; got "
                        f"ssl={config.ssl!r}")
     if self.no_privacy:
-      from tff_ssl import privacy  # pylint: disable=g-import-not-at-top  # (imports TFF)
       set_ = [f.name for f in privacy.FIELDS if getattr(config, f.name, f.default) != f.default]
       if set_:
         raise ValueError(f"--{set_[0]} is refused by method {self.name!r}: {self.no_privacy}")

@@ -49,14 +49,21 @@ class PrivateFactory(StrategyFactory):
 
   # -- per client (TensorFlow) -------------------------------------------------------------------
   def initial_accumulator(self, value_specs):
-    return collections.OrderedDict(record=self.release(value_specs).zero(),
-                                   clients=tf.constant(0.0))
+    zero = tf.constant(0.0)
+    return collections.OrderedDict(record=self.release(value_specs).zero(), clients=zero,
+                                   norm=zero, clipped=zero)
 
   def fold(self, acc, update, info: ClientInfo, argument):
     del info  # Uniform: neither N_k nor the loss enters.
     specs = [tf.TensorSpec(u.shape, u.dtype) for u in update]
-    record = self.release(specs).add(acc["record"], argument, update)
-    return collections.OrderedDict(record=record, clients=acc["clients"] + 1.0)
+    release = self.release(specs)
+    record = release.add(acc["record"], argument, update)
+    # Diagnostics of the clip (summed without noise, outside the guarantee, as the loss is): the
+    # clients' update norms and how many the clip shortened.
+    norm = tf.linalg.global_norm(list(update))
+    return collections.OrderedDict(
+        record=record, clients=acc["clients"] + 1.0, norm=acc["norm"] + norm,
+        clipped=acc["clipped"] + tf.cast(norm > release.clip_of(argument), tf.float32))
 
   def finalize(self, acc, model):
     del model
@@ -82,7 +89,8 @@ class PrivateFactory(StrategyFactory):
 
   def contribution_type(self, value_type):
     process = self._process(_check_value_type(value_type))
-    return tff.StructType([("record", process.record_type), ("clients", np.float32)])
+    return tff.StructType([("record", process.record_type), ("clients", np.float32),
+                           ("norm", np.float32), ("clipped", np.float32)])
 
   def _process(self, value_type):
     return self.release(_specs(value_type)).create()
@@ -123,9 +131,10 @@ class PrivateFactory(StrategyFactory):
     def increment(r):
       return r + 1
 
-    @tff.tensorflow.computation(np.float32, np.float32)
-    def finish(clients, clip):
-      return collections.OrderedDict(clients=clients, max_weight=1.0 / clients, dp_clip=clip)
+    @tff.tensorflow.computation(np.float32, np.float32, np.float32, np.float32)
+    def finish(clients, clip, norm, clipped):
+      return collections.OrderedDict(clients=clients, max_weight=1.0 / clients, dp_clip=clip,
+                                     update_norm=norm / clients, clipped_fraction=clipped / clients)
 
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(contribution_type, tff.CLIENTS))
@@ -136,7 +145,8 @@ class PrivateFactory(StrategyFactory):
       new_state = tff.federated_zip(collections.OrderedDict(
           round=tff.federated_map(increment, state.round), release=release_state))
       return tff.templates.MeasuredProcessOutput(
-          state=new_state, result=result,
-          measurements=tff.federated_map(finish, (clients, clip)))
+          state=new_state, result=result, measurements=tff.federated_map(finish, (
+              clients, clip, tff.federated_sum(contributions.norm),
+              tff.federated_sum(contributions.clipped))))
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

@@ -76,8 +76,11 @@ def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingSta
   return losses.EncodingStatistics(*[k + tf.stop_gradient(a - k) for k, a in zip(local, aggregate)])
 
 
-def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate):
+def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate,
+                   eps: float = losses.cco.DEFAULT_EPS):
   """A client's local steps against the round's aggregate statistics: (Delta_k, first-step loss).
+  `eps`: added to the variances in the correlation (DP-DCCO: also the noise's scale,
+  `DCCOProcess.variance_eps`).
 
   Phase 2 of a client's round, which the process's computations look up by name when they are
   traced: `bin/benchmark --profile` times it on its own, `tools/xla_check.py` wraps it."""
@@ -86,7 +89,7 @@ def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, agg
     del step  # The same views at every step.
     f, g = common.encode_views(model, current, v1, v2)
     return losses.cco_loss_from_statistics(
-        _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda)
+        _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda, eps)
 
   delta, loss, _ = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
                                          cfg.client_learning_rate, loss_of)
@@ -255,8 +258,14 @@ class DCCOProcess(common.ServerLoop):
     privacy = cfg.privacy
     stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in stats_type]
     flat = common.flat_spec(specs)
+    variance_eps = losses.cco.DEFAULT_EPS
     if privacy.enabled:
       sigma = privacy.sigma
+      # The noised <F^2> and <F>^2 are each off by about sigma C_s / D: a variance below that is
+      # noise, and dividing by its square root amplifies the noise without bound (seen: losses of
+      # 1e14 at sigma 1). Post-processing (free under DP): the noise's scale joins eps.
+      if not privacy.statistics_unclipped:
+        variance_eps += sigma * privacy.clip_value(statistics=True) / cfg.denominator
       stats_phase = PrivateRelease(privacy, sigma, cfg.denominator, stat_specs, release=0,
                                    statistics=True).create()
       update_phase = PrivateRelease(privacy, sigma, cfg.denominator, [flat], release=1).create()
@@ -272,6 +281,7 @@ class DCCOProcess(common.ServerLoop):
       # The statistics as the clients return them (an OrderedDict: TFF's factories tf.nest them).
       stats_phase = _WeightedPhase(stats_factory, client_statistics.type_signature.result[0])
       update_phase = _WeightedPhase(update_factory, tff.StructWithPythonType([w_type], list))
+    self.variance_eps = variance_eps
     params_types = ((stats_phase.params_type, update_phase.params_type) if privacy.enabled
                     else (tff.TensorType(np.float32),) * 2)
     release_stats = stats_phase.release if privacy.enabled else None
@@ -286,9 +296,11 @@ class DCCOProcess(common.ServerLoop):
         v1, v2 = common.views(data, seed, cfg.augment)
         f, g = common.encode_views(model, weights, v1, v2)
         segments, count = client_segments(data)
-        sums, _ = losses.cco.clipped_statistics_sum(f, g, segments, count,
-                                                     release_stats.clip_of(params))
-        return list(sums), common.num_examples(data)
+        clip = release_stats.clip_of(params)
+        sums, norms = losses.cco.clipped_statistics_sum(f, g, segments, count, clip)
+        # Diagnostics (outside the guarantee, as the loss): the norms, and how many were clipped.
+        return (list(sums), common.num_examples(data), tf.reduce_sum(norms),
+                tf.reduce_sum(tf.cast(norms > clip, tf.float32)))
 
       @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type, params_types[1])
       def client_update_sum(weights, seed, aggregate, data, params):
@@ -298,17 +310,21 @@ class DCCOProcess(common.ServerLoop):
 
         def one_client(images, ids, acc):
           v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
-          delta, loss = local_training(model, cfg, weights, v1, v2, aggregate)
+          delta, loss = local_training(model, cfg, weights, v1, v2, aggregate, variance_eps)
           n = tf.cast(tf.shape(ids)[0], tf.float32)
-          record = release_update.add(acc[0], params, [n * common.flatten(delta)])
-          return record, acc[1] + n, acc[2] + n * loss
+          value = n * common.flatten(delta)
+          record = release_update.add(acc[0], params, [value])
+          norm = tf.norm(value)
+          clipped = tf.cast(norm > release_update.clip_of(params), tf.float32)
+          return record, acc[1] + n, acc[2] + n * loss, acc[3] + norm, acc[4] + clipped
 
-        start = (release_update.zero(), tf.constant(0.0), tf.constant(0.0))
+        zero = tf.constant(0.0)
+        start = (release_update.zero(), zero, zero, zero, zero)
         if self.simulation.grouped:
-          record, n, loss_sum = grouping.fold_clients(data, one_client, start)
+          record, n, loss_sum, norm, clipped = grouping.fold_clients(data, one_client, start)
         else:
-          record, n, loss_sum = one_client(data.images, data.ids, start)
-        return record, n, loss_sum / n
+          record, n, loss_sum, norm, clipped = one_client(data.images, data.ids, start)
+        return record, n, loss_sum / n, norm, clipped
 
     @tff.tensorflow.computation(tff.StructType([("value", stat_specs_type(stat_specs))]))
     def as_stats(value):
@@ -331,6 +347,7 @@ class DCCOProcess(common.ServerLoop):
         out = tff.federated_map(client_statistics_sum,
                                 (weights_at_clients, seed_at_clients, data, params))
         total, stats_state, _ = stats_phase.next(state.statistics, out[0])
+        stats_diagnostics = (tff.federated_sum(out[2]), tff.federated_sum(out[3]))
       else:
         out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
         total, stats_state = stats_phase.next(state.statistics, out[0], out[1])
@@ -343,16 +360,22 @@ class DCCOProcess(common.ServerLoop):
                                                     aggregate_at_clients, data, params))
         update, update_state, _ = update_phase.next(state.update, out[0])
         update = update[0]
+        diagnostics = tff.federated_zip(collections.OrderedDict(
+            statistics_norm=stats_diagnostics[0], statistics_clipped=stats_diagnostics[1],
+            update_norm=tff.federated_sum(out[3]), update_clipped=tff.federated_sum(out[4])))
       else:
         out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
                                                 aggregate_at_clients, data))
         update, update_state = update_phase.next(
             state.update, tff.federated_map(_one_tuple(w_type), out[0]), out[1])
         update = update[0]
-      return collections.OrderedDict(
+      result = collections.OrderedDict(
           update=update, loss=tff.federated_mean(out[2], weight=out[1]),
           aggregator_state=tff.federated_zip(collections.OrderedDict(
               statistics=stats_state, update=update_state)))
+      if privacy.enabled:
+        result["diagnostics"] = diagnostics
+      return result
 
     self._aggregator = _Initial(init_fn)
     self.private_round = private_round
@@ -386,6 +409,13 @@ class DCCOProcess(common.ServerLoop):
                                            out.get("aggregator_state", ()))
     if self.config.privacy.enabled:  # Both releases: the statistics, then the update.
       metrics["dp_events"] = [dp_event(out["aggregator_state"][k]) for k in ("statistics", "update")]
+      # Per client (its N_k-times sums): the mean norm and the fraction the clip shortened.
+      d, k = out["diagnostics"], float(len(clients))
+      metrics["aggregation"] = collections.OrderedDict(
+          clients=np.float32(k), statistics_norm=np.float32(d["statistics_norm"] / k),
+          statistics_clipped_fraction=np.float32(d["statistics_clipped"] / k),
+          update_norm=np.float32(d["update_norm"] / k),
+          update_clipped_fraction=np.float32(d["update_clipped"] / k))
     return new_state, metrics
 
 

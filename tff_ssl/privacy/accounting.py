@@ -23,6 +23,7 @@ delta defaults to 1 / population (`default_delta`).
 from __future__ import annotations
 
 import collections
+import functools
 from typing import Sequence
 
 import dp_accounting
@@ -96,10 +97,11 @@ def run_epsilon(noise_multipliers: Sequence[float], population: int, sample_size
       round_event(noise_multipliers, population, sample_size, sampling), rounds), delta, sampling)
 
 
+@functools.lru_cache(maxsize=256)  # A config is validated (and this asked) more than once.
 def calibrate(target_epsilon: float, releases: int, population: int, sample_size: int,
               rounds: int, delta: float, sampling: str = "fixed") -> float:
   """The smallest noise multiplier sigma (the same for each of a round's `releases`) whose run of
-  `rounds` rounds has epsilon <= `target_epsilon` at `delta`."""
+  `rounds` rounds has epsilon <= `target_epsilon` at `delta` (to 1e-4 in sigma)."""
   if not target_epsilon > 0:
     raise ValueError(f"target epsilon must be > 0; got {target_epsilon}")
   # An explicit bracket: the default search starts at sigma = 0, where the accountant divides by 0.
