@@ -142,6 +142,9 @@ def test_accounting_composes_and_calibrates():
   assert ledger.epsilon() == pytest.approx(direct, rel=1e-12)
   # Replace-one sampling without replacement: a release of sigma has sensitivity 2C.
   assert event.event.events[0].noise_multiplier == pytest.approx(0.65)
+  free = accounting.Ledger(1e-3)  # A release without noise has no guarantee.
+  free.add(accounting.round_event([0.0, 1.3], 1000, 20))
+  assert free.epsilon() == np.inf
   poisson = accounting.round_event([1.3], 1000, 20, "poisson")
   assert poisson.sampling_probability == pytest.approx(0.02)
   assert poisson.event.noise_multiplier == pytest.approx(1.3)

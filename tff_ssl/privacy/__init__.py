@@ -108,10 +108,10 @@ class PrivacyConfig:
     if self.noise_multiplier and self.target_epsilon:
       raise ValueError(f"--dp_noise_multiplier={self.noise_multiplier} and --dp_target_epsilon="
                        f"{self.target_epsilon} both set the noise; give one")
-    if self.noise_multiplier and (self.unclipped or self.statistics_unclipped and
-                                  self.releases > 1):
-      raise ValueError(f"noise multiplier {self.noise_multiplier} with no clipping (--dp_clip=0) "
-                       f"bounds nothing; set a clip > 0")
+    if (self.noise_multiplier or self.target_epsilon) and (
+        self.unclipped or self.statistics_unclipped and self.releases > 1):
+      which = "--dp_clip" if self.unclipped else "--dp_statistics_clip"
+      raise ValueError(f"noise without clipping ({which}=0) bounds nothing; set {which} > 0")
     if self.dp == "gaussian_adaptive" and self.unclipped:
       raise ValueError("gaussian_adaptive adapts the clip from --dp_clip; give it an initial "
                        "clip > 0")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import math
 from typing import Sequence
 
 import dp_accounting
@@ -57,6 +58,16 @@ def _scaled(event: dp_accounting.DpEvent, scale: float) -> dp_accounting.DpEvent
   return event
 
 
+def _non_private(event) -> bool:
+  if isinstance(event, dp_accounting.NonPrivateDpEvent):
+    return True
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return any(_non_private(e) for e in event.events)
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return _non_private(event.event)
+  return False
+
+
 def sampled_round(events: Sequence[dp_accounting.DpEvent], population: int, sample_size: int,
                   sampling: str = "fixed") -> dp_accounting.DpEvent:
   """A round's event from the events its releases report (each relative to its clip, as TFF's DP
@@ -65,6 +76,8 @@ def sampled_round(events: Sequence[dp_accounting.DpEvent], population: int, samp
     raise ValueError(f"a round samples 1 to {population} clients; got {sample_size}")
   _relation(sampling)
   events = [_scaled(e, 0.5 if sampling == "fixed" else 1.0) for e in events]
+  if any(_non_private(e) for e in events):  # A release without noise: no guarantee at all.
+    return dp_accounting.NonPrivateDpEvent()
   inner = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
   if sampling == "fixed":
     return dp_accounting.SampledWithoutReplacementDpEvent(population, sample_size, inner)
@@ -149,6 +162,8 @@ class Ledger:
   def epsilon(self) -> float:
     if not self.rounds:
       return 0.0
+    if not np.all(np.isfinite(self._rdp)):  # A non-private release (noise 0).
+      return math.inf
     eps, _ = rdp_lib.compute_epsilon(self._orders, self._rdp, self.delta)
     return float(eps)
 
