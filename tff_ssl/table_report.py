@@ -26,11 +26,12 @@ def cell_accuracy(table: Table, result: dict[str, Any], evaluation_key: str) -> 
   return float(result["evaluations"][evaluation_key])
 
 
-def curve(run_dir: str, result: dict[str, Any], length: int, random_acc: float
+def curve(run_dir: str, result: dict[str, Any], length: int, random_acc: float | None
           ) -> tuple[np.ndarray, np.ndarray]:
-  """(rounds, linear-probe accuracy) of a run: round 0 at initialization, the periodic probes of
-  metrics.csv, the final probe."""
-  xs, ys = [0], [random_acc]
+  """(rounds, linear-probe accuracy) of a run: round 0 at initialization (where the table measured
+  it: None where its evaluations hold no LARS probe), the periodic probes of metrics.csv, the final
+  probe."""
+  xs, ys = ([0], [random_acc]) if random_acc is not None else ([], [])
   path = os.path.join(run_dir, "metrics.csv")
   if os.path.exists(path):
     with open(path) as f:
