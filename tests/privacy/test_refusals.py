@@ -57,6 +57,8 @@ def test_refused_with_its_reason(what, fields, reason):
      "--dp=gaussian_fixed", "--dp_noise_multiplier=1"],
     ["--method=fedprox", "--ssl=simclr", "--samples_per_client=4", "--dp=gaussian_fixed"],
     ["--secure_aggregation"],
+    ["--method=fedprox", "--ssl=simclr", "--samples_per_client=4", "--simulation=reference",
+     "--secure_aggregation"],
 ])
 def test_bin_train_refuses_in_one_line_and_writes_nothing(tmp_path, flags):
   out = tmp_path / "run"

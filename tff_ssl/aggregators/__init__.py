@@ -112,8 +112,11 @@ class AggregatorConfig:
     process exchanges (`mask`, a `federated.common.TensorMask`; default all)."""
     if self.privacy.enabled:
       self.check_privacy()
-      return PrivateFactory(self.privacy, self.privacy.sigma)
-    return AGGREGATORS[self.name](self, ModelLayout.from_model(model, self.granularity, mask))
+      factory = PrivateFactory(self.privacy, self.privacy.sigma)
+    else:
+      factory = AGGREGATORS[self.name](self, ModelLayout.from_model(model, self.granularity, mask))
+    factory.wire = self.privacy  # What the process's other uploads must respect (reports).
+    return factory
 
 
 def _ldawa(weighting: str) -> Callable[[AggregatorConfig, ModelLayout], StrategyFactory]:

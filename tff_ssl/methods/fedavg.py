@@ -153,10 +153,13 @@ class FedAvgSSLProcess(common.ServerLoop):
       self._initial_client_state = client_state.initial(model)
     self.factory = factory = (aggregation_factory if aggregation_factory is not None
                               else aggregators.FedAvgFactory())
-    if isinstance(factory, aggregators.PrivateFactory) and parts.reports:
+    wire = factory.wire if isinstance(factory, aggregators.StrategyFactory) else None
+    if wire is not None and (wire.enabled or wire.secure_aggregation) and parts.reports:
       term = client_work.reporting_terms(config, model)[0]
-      raise ValueError(f"--dp refuses {term.key}: its clients upload a report beside their "
-                       f"update, which would be released without noise; drop one of the two")
+      flag = "--dp" if wire.enabled else "--secure_aggregation"
+      raise ValueError(f"{flag} refuses {term.key}: its clients upload a report beside their "
+                       f"update, which would leave them {'without noise' if wire.enabled else 'in the clear'}"
+                       f"; drop one of the two")
     all_specs, specs = model.weight_specs, self.trained_specs
     w_type = common.flat_type(all_specs)  # The broadcast crosses the TFF boundary as one vector.
     u_type = common.tensors_type(specs)  # The upload: the trained tensors' Delta_k.
