@@ -13,6 +13,7 @@ from tff_ssl import models
 from tff_ssl.federated import client_state, common
 from tff_ssl.methods import fedssl
 from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.ssl import Hparams
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
@@ -134,8 +135,8 @@ def test_bad_stateful_settings_name_the_value():
 
 # --- Whole rounds -----------------------------------------------------------------------------------
 
-BYOL = ClientConfig(ssl="byol", client_learning_rate=0.05, target_decay=0.9, augment=AUGMENT,
-                       seed=3)
+BYOL = ClientConfig(ssl="byol", client_learning_rate=0.05, hparams=Hparams(target_decay=0.9),
+                    augment=AUGMENT, seed=3)
 SGD = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
 ROUNDS = [[0, 1, 2], [1, 2], [0, 2]]  # Client ids of rounds 0, 1, 2.
 
@@ -240,8 +241,8 @@ def test_fedmoco_keeps_its_momentum_network_and_queue_across_rounds():
   round 2's 4 keys in front of its queue after round 0 (not a fresh zero queue), and its momentum
   network moved by its own EMA only."""
   model = resnet()
-  cfg = ClientConfig(ssl="moco", client_learning_rate=0.05, target_decay=0.9, moco_queue=12,
-                        temperature=0.2, augment=AUGMENT, seed=3)
+  cfg = ClientConfig(ssl="moco", client_learning_rate=0.05, augment=AUGMENT, seed=3,
+                     hparams=Hparams(target_decay=0.9, moco_queue=12, temperature=0.2))
   state_lib = fedssl.SiameseClientState(model.names, common.TensorMask.all(len(model.names)),
                                         fedssl.StatefulConfig(), ema_target=True, queue_size=12)
   process = FedAvgSSLProcess(model, SHAPE, SGD, cfg, simulation=Simulation(group_size=2),

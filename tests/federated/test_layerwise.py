@@ -17,6 +17,7 @@ from tff_ssl import runner
 from tff_ssl.federated import client_work, common
 from tff_ssl.methods import alignment, layerwise
 from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.ssl import Hparams
 from tff_ssl.models import vit
 from tff_ssl.federated.functional import FunctionalModel
 
@@ -168,7 +169,7 @@ def test_client_loss_adds_beta_times_alignment_of_local_and_broadcast_features()
   train = synthetic("train", num_examples=4, seed=0)
   tf.keras.utils.set_random_seed(0)
   model = FunctionalModel(runner.ssl_model_builder(cfg, train.image_shape, features=True))
-  fcfg = ClientConfig(ssl="mocov3", temperature=0.2,
+  fcfg = ClientConfig(ssl="mocov3", hparams=Hparams(temperature=0.2),
                       terms=(alignment.RepresentationAlignment(0.01, 0.2),))
   v1, v2 = common.views(common.client_inputs(train.images, np.arange(4)), np.array([0, 0]),
                         fcfg.augment)

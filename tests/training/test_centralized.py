@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tff_ssl import losses, models
 from tff_ssl import ssl as ssl_lib
+from tff_ssl.ssl import Hparams
 from tff_ssl.data import AugmentConfig, two_views
 from tff_ssl.training import PretrainConfig, batch_indices, pretrain
 from tff_ssl.training import centralized
@@ -83,14 +84,24 @@ def test_batch_indices_are_seeded_epoch_permutations():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(steps=0), "steps must be >= 1"),
     (dict(steps=1, batch_size=1), "batch_size must be >= 2"),
-    (dict(steps=1, ssl="dino"), r"trains with ssl in \['cco', .*'mocov3'\]; got 'dino'"),
-    (dict(steps=1, ssl="byol", target_decay=1.0), r"target_decay must be in \[0, 1\); got 1.0"),
-    (dict(steps=1, ssl="moco", moco_queue=0), "moco_queue must be >= 1; got 0"),
+    (dict(steps=1, ssl="dino"), r"trains with ssl in \['cco', .*'mocov3', 'vicreg', 'spectral'\]; "
+     r"got 'dino'"),
+
     (dict(steps=1, optimizer="adagrad"), "unknown optimizer 'adagrad'"),
 ])
 def test_invalid_configs_raise(kwargs, match):
   with pytest.raises(ValueError, match=match):
     PretrainConfig(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(target_decay=1.0), r"target_decay must be in \[0, 1\); got 1.0"),
+    (dict(moco_queue=0), "moco_queue must be >= 1; got 0"),
+    (dict(vicreg_variance=-1.0), "vicreg_variance must be >= 0; got -1.0"),
+])
+def test_invalid_ssl_hyperparameters_raise(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    Hparams(**kwargs)
 
 
 def _tiny_builder(ssl, head_norm):
@@ -121,8 +132,9 @@ def test_two_steps_with_target_and_queue_match_a_reference(ssl, head_norm):
   lr, decay, queue_size, seed = 0.5, 0.9, 10, 3
   images = np.random.default_rng(0).integers(0, 256, size=(6, 8, 8, 1), dtype=np.uint8)
   ids = tf.range(6, dtype=tf.int64)
-  cfg = PretrainConfig(steps=2, batch_size=6, ssl=ssl, seed=seed, augment=AUGMENT, target_decay=decay,
-                       moco_queue=queue_size, temperature=0.2, optimizer="sgd")
+  cfg = PretrainConfig(steps=2, batch_size=6, ssl=ssl, seed=seed, augment=AUGMENT, 
+                       hparams=Hparams(target_decay=decay, moco_queue=queue_size, temperature=0.2),
+                       optimizer="sgd")
   build = _tiny_builder(ssl, head_norm)
   tf.keras.utils.set_random_seed(0)
   model = build()

@@ -43,7 +43,7 @@ class Scenario:
   def loss_fn(self) -> Callable:
     """(z1, z2) -> the scenario's within-batch SSL loss at its default hyperparameters."""
     method = ssl_lib.get(self.ssl)
-    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), ClientConfig())
+    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), ssl_lib.Hparams())
 
   def config(self, simulation: str = "grouped", group_size: int = 0) -> ExperimentConfig:
     """The scenario's rounds as an `ExperimentConfig`: what its method's registry entry builds the

@@ -152,10 +152,7 @@ class ClientConfig:
   """
 
   ssl: str = "cco"
-  cco_lambda: float = losses.cco.DEFAULT_LAMBDA
-  temperature: float = losses.ntxent.DEFAULT_TEMPERATURE
-  target_decay: float = DEFAULT_TARGET_DECAY
-  moco_queue: int = moco.DEFAULT_QUEUE
+  hparams: ssl_lib.Hparams = ssl_lib.Hparams()  # The SSL method's (cco_lambda, temperature, ...).
   client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0
   client_weight_decay: float = 0.0
@@ -173,7 +170,6 @@ class ClientConfig:
   def __post_init__(self):
     self.schedule  # pylint: disable=pointless-statement (checks the schedule's fields)
     ssl_lib.get(self.ssl)
-    ssl_lib.check_hparams(self)
     HEAD_NORM.check(self.head_norm)
     common.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
@@ -254,7 +250,7 @@ def client_loss(cfg: ClientConfig, step: Step, carried: dict | None = None,
                 record: dict | None = None) -> tf.Tensor:
   """The client's loss of one step: the SSL method's, plus each acting term's (`ClientTerm.loss`),
   whose records go to `record[term.key]`."""
-  loss = cfg.method.loss(step.outputs, cfg)
+  loss = cfg.method.loss(step.outputs, cfg.hparams)
   for t in _acting(cfg, carried):
     value, rec = t.loss(step, (carried or {}).get(t.key))
     if record is not None:
@@ -276,7 +272,7 @@ def initial_ssl_state(model: FunctionalModel, cfg: ClientConfig) -> dict:
   if method.ema_target:
     out["target"] = None
   if method.queue:
-    out["queue"] = tf.zeros([cfg.moco_queue, model.output_dims[0]])
+    out["queue"] = tf.zeros([cfg.hparams.moco_queue, model.output_dims[0]])
   for t in cfg.terms:
     value = t.initial(model)
     if value is not None:
@@ -290,7 +286,7 @@ def _next_ssl_state(cfg: ClientConfig, carried: dict, step: Step, new, record: d
   out = dict(carried)
   if "target" in out:
     out["target"] = _ema(list(step.start) if out["target"] is None else out["target"], new,
-                         cfg.target_decay)
+                         cfg.hparams.target_decay)
   if "queue" in out:
     out["queue"] = moco.enqueue(out["queue"], step.outputs.t2)
   for t in cfg.terms:

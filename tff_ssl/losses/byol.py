@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tff_ssl.losses import cco
+from tff_ssl.losses import statistics
 
 # tf.math.l2_normalize's floor on the squared norm: a zero vector normalizes to zero (cosine 0, a
 # finite loss and gradient) instead of dividing by zero.
@@ -23,7 +23,7 @@ NORMALIZE_EPS = 1e-12
 
 def check_pairs(online: tf.Tensor, target: tf.Tensor) -> None:
   """Raises unless a prediction batch and the projection batch it regresses line up row by row."""
-  cco._check_encodings(online, target)  # pylint: disable=protected-access
+  statistics.check_encodings(online, target)
   n, m = online.shape[0], target.shape[0]
   # Elementwise products would silently broadcast a 1-row batch against an N-row one.
   if n is not None and m is not None and n != m:

@@ -15,6 +15,8 @@ from typing import NamedTuple, Sequence
 
 import tensorflow as tf
 
+from tff_ssl.losses.statistics import StatisticsLoss, Term, check_batch, check_encodings
+
 DEFAULT_LAMBDA = 20.0  # The paper's trade-off (Sec. 4.1).
 DEFAULT_EPS = 1e-6  # Added to variances; keeps a constant encoding dimension finite.
 
@@ -29,14 +31,6 @@ class EncodingStatistics(NamedTuple):
   mean_fg: tf.Tensor  # <F_i G_j>, [d, d]
 
 
-def _check_encodings(f: tf.Tensor, g: tf.Tensor) -> None:
-  if f.shape.rank != 2 or g.shape.rank != 2:
-    raise ValueError(f"encodings must be rank-2 [batch, dim]; got shapes {f.shape} and {g.shape}")
-  if f.shape[1] is not None and g.shape[1] is not None and f.shape[1] != g.shape[1]:
-    raise ValueError(
-        f"encodings F and G must have the same dimension; got {f.shape[1]} and {g.shape[1]}")
-
-
 def encoding_statistics(f: tf.Tensor, g: tf.Tensor) -> EncodingStatistics:
   """The five CCO statistics of encodings `f` and `g` ([N, d] each) over their N rows.
 
@@ -44,7 +38,7 @@ def encoding_statistics(f: tf.Tensor, g: tf.Tensor) -> EncodingStatistics:
   """
   f = tf.convert_to_tensor(f)
   g = tf.convert_to_tensor(g, dtype=f.dtype)
-  _check_encodings(f, g)
+  check_encodings(f, g)
   n = tf.cast(tf.shape(f)[0], f.dtype)
   return EncodingStatistics(
       mean_f=tf.reduce_mean(f, axis=0),
@@ -53,38 +47,6 @@ def encoding_statistics(f: tf.Tensor, g: tf.Tensor) -> EncodingStatistics:
       mean_g2=tf.reduce_mean(tf.square(g), axis=0),
       mean_fg=tf.matmul(f, g, transpose_a=True) / n,
   )
-
-
-def clipped_statistics_sum(f: tf.Tensor, g: tf.Tensor, segments: tf.Tensor, count, clip
-                           ) -> tuple[EncodingStatistics, tf.Tensor]:
-  """sum_k min(1, clip / ||S_k||) S_k over the clients k of a batch, where S_k = N_k <>_k is client
-  k's sum of the five per-image terms (f, f^2, g, g^2, f g^T) and ||S_k|| the L2 norm of all of them
-  together (DP-DCCO's phase-1 record, clipped per client); also the clients' norms [count].
-
-  `segments` [N]: each row's client in [0, count). No client's d x d matrix is formed: the norm of
-  sum_i f_i g_i^T is sum_{i,j in k} (f_i . f_j)(g_i . g_j), from the rows' Gram matrices, and the
-  clipped sum weighs each row by its client's factor.
-  """
-  f = tf.convert_to_tensor(f)
-  g = tf.convert_to_tensor(g, dtype=f.dtype)
-  _check_encodings(f, g)
-  onehot = tf.one_hot(segments, count, dtype=f.dtype)  # [N, K]
-  vector_sq = tf.zeros([count], f.dtype)
-  for x in (f, tf.square(f), g, tf.square(g)):
-    vector_sq += tf.reduce_sum(tf.square(tf.matmul(onehot, x, transpose_a=True)), axis=1)
-  same = tf.matmul(onehot, onehot, transpose_b=True)  # [N, N]: rows of one client.
-  pair = tf.matmul(f, f, transpose_b=True) * tf.matmul(g, g, transpose_b=True) * same
-  matrix_sq = tf.matmul(onehot, tf.reduce_sum(pair, axis=1, keepdims=True), transpose_a=True)[:, 0]
-  norms = tf.sqrt(vector_sq + tf.maximum(matrix_sq, 0.0))
-  factor = tf.minimum(1.0, tf.cast(clip, f.dtype) * tf.math.reciprocal_no_nan(norms))
-  factor = tf.where(norms > 0, factor, 1.0)
-  w = tf.gather(factor, segments)[:, None]
-  return EncodingStatistics(
-      mean_f=tf.reduce_sum(w * f, axis=0),
-      mean_f2=tf.reduce_sum(w * tf.square(f), axis=0),
-      mean_g=tf.reduce_sum(w * g, axis=0),
-      mean_g2=tf.reduce_sum(w * tf.square(g), axis=0),
-      mean_fg=tf.matmul(w * f, g, transpose_a=True)), norms
 
 
 def weighted_mean_statistics(stats: Sequence[EncodingStatistics],
@@ -102,22 +64,22 @@ def weighted_mean_statistics(stats: Sequence[EncodingStatistics],
 
 
 def cross_correlation(stats: EncodingStatistics, eps: float = DEFAULT_EPS) -> tf.Tensor:
-  """The d x d correlation matrix C of eq. 2 from the statistics."""
+  """The d x d correlation matrix C of eq. 2 from the statistics (of any leading shape: [..., d, d])."""
   var_f = tf.maximum(stats.mean_f2 - tf.square(stats.mean_f), 0.0)
   var_g = tf.maximum(stats.mean_g2 - tf.square(stats.mean_g), 0.0)
-  cov = stats.mean_fg - stats.mean_f[:, None] * stats.mean_g[None, :]
-  return cov / (tf.sqrt(var_f + eps)[:, None] * tf.sqrt(var_g + eps)[None, :])
+  cov = stats.mean_fg - stats.mean_f[..., :, None] * stats.mean_g[..., None, :]
+  return cov / (tf.sqrt(var_f + eps)[..., :, None] * tf.sqrt(var_g + eps)[..., None, :])
 
 
 def cco_loss_from_statistics(stats: EncodingStatistics,
                              lambd: float = DEFAULT_LAMBDA,
                              eps: float = DEFAULT_EPS) -> tf.Tensor:
-  """CCO loss (eq. 1) from the five statistics; a scalar."""
+  """CCO loss (eq. 1) from the five statistics; a scalar (one per leading index)."""
   c = cross_correlation(stats, eps)
-  d = tf.shape(c)[0]
+  d = tf.shape(c)[-1]
   diag = tf.linalg.diag_part(c)
-  on_diag = tf.reduce_sum(tf.square(1.0 - diag))
-  off_diag = tf.reduce_sum(tf.square(c)) - tf.reduce_sum(tf.square(diag))
+  on_diag = tf.reduce_sum(tf.square(1.0 - diag), axis=-1)
+  off_diag = tf.reduce_sum(tf.square(c), axis=[-2, -1]) - tf.reduce_sum(tf.square(diag), axis=-1)
   return on_diag + lambd * off_diag / tf.cast(d - 1, c.dtype)
 
 
@@ -125,19 +87,22 @@ def cco_loss(f: tf.Tensor, g: tf.Tensor, lambd: float = DEFAULT_LAMBDA,
              eps: float = DEFAULT_EPS) -> tf.Tensor:
   """Within-batch CCO loss of encodings `f`, `g` ([N, d]); needs N >= 2 (correlations of one sample
   are undefined)."""
-  f = _check_batch_of_at_least_two(tf.convert_to_tensor(f), "CCO")
+  f = check_batch(tf.convert_to_tensor(f), "CCO")
   return cco_loss_from_statistics(encoding_statistics(f, g), lambd, eps)
 
 
-def _check_batch_of_at_least_two(x: tf.Tensor, loss_name: str) -> tf.Tensor:
-  """`x`, checked to hold >= 2 rows: statically when the shape is known, else when it is computed."""
-  message = (f"a within-batch {loss_name} loss needs at least 2 samples per batch; got {{}}. Clients "
-             "with a single sample need DCCO (statistics aggregated across clients) instead")
-  n = x.shape[0]
-  if n is not None:
-    if n < 2:
-      raise ValueError(message.format(n))
-    return x
-  check = tf.debugging.assert_greater_equal(tf.shape(x)[0], 2, message=message.format("fewer"))
-  with tf.control_dependencies([check] if check is not None else []):
-    return tf.identity(x)
+def _loss(stats, count, hparams=None, eps: float = DEFAULT_EPS):
+  del count  # Correlations are scale-free: no 1/(N-1).
+  return cco_loss_from_statistics(EncodingStatistics(**stats),
+                                  getattr(hparams, "cco_lambda", DEFAULT_LAMBDA), eps)
+
+
+# CCO as a statistics loss: the five statistics of `encoding_statistics`, the same ops in the same
+# order (the same numbers to the digit).
+STATISTICS = StatisticsLoss(
+    name="cco",
+    terms=(Term("mean_f", lambda f, g: f), Term("mean_f2", lambda f, g: tf.square(f)),
+           Term("mean_g", lambda f, g: g), Term("mean_g2", lambda f, g: tf.square(g)),
+           Term("mean_fg", lambda f, g: f, outer=lambda f, g: g)),
+    loss_fn=_loss, hparams=("cco_lambda",), eps=DEFAULT_EPS,
+    summary="CCO, the Barlow Twins cross-correlation loss (DCCO, eq. 1-2)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tff_ssl.losses import cco
+from tff_ssl.losses import statistics
 
 DEFAULT_TEMPERATURE = 0.1  # DCCO's setting for its contrastive baseline (Sec. 4.1).
 
@@ -20,8 +20,8 @@ def nt_xent_loss(z1: tf.Tensor, z2: tf.Tensor,
     raise ValueError(f"temperature must be > 0; got {temperature}")
   z1 = tf.convert_to_tensor(z1)
   z2 = tf.convert_to_tensor(z2, dtype=z1.dtype)
-  cco._check_encodings(z1, z2)  # pylint: disable=protected-access
-  z1 = cco._check_batch_of_at_least_two(z1, "NT-Xent")  # pylint: disable=protected-access
+  statistics.check_encodings(z1, z2)
+  z1 = statistics.check_batch(z1, "NT-Xent")
   z = tf.math.l2_normalize(tf.concat([z1, z2], axis=0), axis=1)
   n = tf.shape(z1)[0]
   logits = tf.matmul(z, z, transpose_b=True) / temperature

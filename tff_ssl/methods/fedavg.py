@@ -91,7 +91,7 @@ def batched_group_update(model: FunctionalModel, cfg: ClientConfig, factory, mas
     del step  # One step.
     losses_k = method.per_client_loss(view_outputs(model, method, current, None, v1, v2,
                                                    initial_ssl_state(model, cfg).get("queue")),
-                                      data.sizes, cfg)
+                                      data.sizes, cfg.hparams)
     log_b = tf.stop_gradient(aggregators.base.base_log_weight(factory.weighting, n, losses_k))
     b = tf.exp(log_b - tf.reduce_max(log_b))
     per_client.update(losses=losses_k, log_b=log_b)
@@ -370,8 +370,7 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
       equal_clients=data_lib.PARTITIONS[config.partition].fixed_size)
   aggregator.check_options()
   client = ClientConfig(
-      ssl=config.ssl, cco_lambda=config.cco_lambda, temperature=config.temperature,
-      target_decay=config.target_decay, moco_queue=config.moco_queue,
+      ssl=config.ssl, hparams=ssl_lib.hparams_of(config),
       client_optimizer=config.client_optimizer,
       client_learning_rate=config.client_learning_rate,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,

@@ -232,7 +232,7 @@ def build(config, model, image_shape, stateful: StatefulConfig):
   mask = common.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
-                             fedavg_config.moco_queue if method.queue else 0)
+                             fedavg_config.hparams.moco_queue if method.queue else 0)
   state, fedavg_config = fedfoa.wrap(config, state, fedavg_config)  # With --fedfoa.
   return fedfoa.process_class(config)(
       model, image_shape, common.server_optimizer_for(config, model.names), fedavg_config,

@@ -54,10 +54,7 @@ class PretrainConfig:
   steps: int
   batch_size: int = 512
   ssl: str = "cco"  # A `tff_ssl.ssl` method of CENTRALIZED_SSL.
-  cco_lambda: float = losses_lib.cco.DEFAULT_LAMBDA
-  temperature: float = losses_lib.ntxent.DEFAULT_TEMPERATURE
-  target_decay: float = DEFAULT_TARGET_DECAY  # BYOL, MoCo: the target network's EMA decay a step.
-  moco_queue: int = moco_loss.DEFAULT_QUEUE  # MoCo: negative keys in the queue.
+  hparams: ssl_lib.Hparams = ssl_lib.Hparams()  # The SSL method's (cco_lambda, temperature, ...).
   optimizer: str = "adam"
   learning_rate: float = 5e-3
   weight_decay: float = 0.0
@@ -71,7 +68,6 @@ class PretrainConfig:
     if self.ssl not in CENTRALIZED_SSL:
       raise ValueError(f"centralized pretraining trains with ssl in {list(CENTRALIZED_SSL)}; got "
                        f"{self.ssl!r}")
-    ssl_lib.check_hparams(self)
 
   @property
   def method(self) -> ssl_lib.SSLMethod:
@@ -84,7 +80,7 @@ class PretrainConfig:
     if method.predictor or method.ema_target:
       raise ValueError(f"ssl={self.ssl!r} needs a predictor or a target network, not only z1, z2; "
                        f"train it with `pretrain`")
-    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), self)
+    return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), self.hparams)
 
 
 def batch_indices(num_examples: int, batch_size: int, seed: int) -> Iterator[np.ndarray]:
@@ -117,7 +113,7 @@ def make_train_step(model: SSLModel, config: PretrainConfig,
     online_weights, target_weights = model.projection_variables, target.projection_variables
     if [w.shape for w in online_weights] != [w.shape for w in target_weights]:
       raise ValueError("the target network's weights do not match the online encoder + projector")
-  decay = config.target_decay
+  decay = config.hparams.target_decay
 
   @tf.function
   def train_step(images, example_ids, step):
@@ -132,7 +128,7 @@ def make_train_step(model: SSLModel, config: PretrainConfig,
       z1, z2 = tf.split(z, 2, axis=0)
       p1, p2 = tf.split(p, 2, axis=0) if p is not None else (None, None)
       t1, t2 = tf.split(t, 2, axis=0) if t is not None else (None, None)
-      loss = method.loss(ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, queue), config)
+      loss = method.loss(ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, queue), config.hparams)
     variables = model.trainable_variables
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     if target is not None:
@@ -171,7 +167,7 @@ def pretrain(model: SSLModel, images: np.ndarray, config: PretrainConfig, *,
   queue = None
   if method.queue:
     dim = model.projector.output_shape[-1]
-    queue = tf.Variable(tf.zeros([config.moco_queue, dim]), trainable=False, name="moco_queue")
+    queue = tf.Variable(tf.zeros([config.hparams.moco_queue, dim]), trainable=False, name="moco_queue")
   optimizer = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps,
                                    config.weight_decay, config.warmup_fraction)
   train_step = make_train_step(model, config, optimizer, target, queue)
@@ -194,8 +190,7 @@ def pretrain_config(config) -> PretrainConfig:
   """The `PretrainConfig` of an `ExperimentConfig` (validating it)."""
   return PretrainConfig(
       steps=config.steps, batch_size=config.batch_size, ssl=config.ssl,
-      cco_lambda=config.cco_lambda, temperature=config.temperature,
-      target_decay=config.target_decay, moco_queue=config.moco_queue, optimizer=config.optimizer,
+      hparams=ssl_lib.hparams_of(config), optimizer=config.optimizer,
       learning_rate=config.learning_rate, weight_decay=config.weight_decay,
       warmup_fraction=config.warmup_fraction, augment=config.augment_config(), seed=config.seed)
 
