@@ -175,7 +175,8 @@ def test_phase_one_statistics_are_the_unions_statistics(model, union_and_gradien
   # TFF's phase 1 against a tf.function on the union, in units of (1e-6 + 1e-4 |want|): largest
   # seen 0.09 (mean_fg, oneDNN capped at SSE4.1; 0.068 by default).
   for name in losses.EncodingStatistics._fields:
-    a, b = np.asarray(aggregate[name], np.float64), getattr(want, name).numpy().astype(np.float64)
+    a = np.asarray(aggregate["statistics"][name], np.float64)
+    b = getattr(want, name).numpy().astype(np.float64)
     spread.within(f"phase 1 statistics vs the union's, {name}",
                   np.max(np.abs(a - b) / (1e-6 + 1e-4 * np.abs(b))), 1.0)
 
@@ -208,7 +209,7 @@ def test_dcco_type_signatures(model):
   assert stats_sig.parameter.data.placement == tff.CLIENTS
   assert stats_sig.result.placement == tff.SERVER
   d = model.output_dim
-  assert stats_sig.result.member.mean_fg.shape == (d, d)
+  assert stats_sig.result.member.statistics.mean_fg.shape == (d, d)
   # The weights are broadcast as one flat vector (TFF moves a struct element by element).
   assert stats_sig.parameter.weights.member == common.flat_type(model.weight_specs)
   update_sig = process.aggregate_updates.type_signature

@@ -91,5 +91,5 @@ def test_paper_size_model_and_types():
   stats = process.aggregate_statistics.type_signature
   assert str(stats.parameter.weights) == f"float32[{params}]@SERVER"
   assert "images=uint8[?,32,32,3]" in str(stats.parameter.data)
-  assert stats.result.member.mean_fg.shape == (1024, 1024)
+  assert stats.result.member.statistics.mean_fg.shape == (1024, 1024)
   assert str(process.aggregate_updates.type_signature.result.update) == f"float32[{params}]@SERVER"

@@ -21,7 +21,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import losses
 from tff_ssl.benchmarks.common import (AUGMENT, Scenario, best_of, build_process, median_time,
                                        peak_rss_mb, round_clients)
 from tff_ssl.federated import common, grouping
@@ -160,7 +159,8 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
   @tf.function
   def phase1(w, x, ids, s):
     v1, v2 = common.views({"images": x, "ids": ids}, s, AUGMENT)
-    return losses.encoding_statistics(*common.encode_views(model, w, v1, v2))
+    return {"statistics": process.config.loss.statistics(*common.encode_views(model, w, v1, v2)),
+            "count": tf.cast(tf.shape(ids)[0], process.dtype)}
 
   @tf.function
   def phase2(w, x, ids, s, aggregate):
@@ -178,7 +178,7 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
   return {
       "phase1_tff_s": best(lambda: process.aggregate_statistics(flat, seed, groups)),
       "phase1_tf_function_s": best(lambda: [t.numpy() for t in phase1(
-          weights, group["images"], group["ids"], tf.constant(seed))]),
+          weights, group["images"], group["ids"], tf.constant(seed))["statistics"].values()]),
       "phase2_tff_s": best(lambda: process.aggregate_updates(flat, seed, stats, groups)),
       "phase2_tf_function_s": best(lambda: phase2(
           weights, group["images"], group["ids"], tf.constant(seed), aggregate)[1].numpy()),

@@ -41,6 +41,12 @@ class Term:
   of: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
   outer: Callable[[tf.Tensor, tf.Tensor], tf.Tensor] | None = None
 
+  def __post_init__(self):
+    # Plain TensorFlow: autograph has nothing to convert, and cannot parse several lambdas a line.
+    object.__setattr__(self, "of", tf.autograph.experimental.do_not_convert(self.of))
+    if self.outer is not None:
+      object.__setattr__(self, "outer", tf.autograph.experimental.do_not_convert(self.outer))
+
   def shape(self, dim: int) -> list[int]:
     """The statistic's shape for encodings of dimension `dim` (every per-image vector has `dim`
     entries, a per-image scalar none)."""

@@ -1,4 +1,6 @@
-"""DCCO: Distributed Cross-Correlation Optimization (Vemulapalli et al., 2023, eq. 1-3, Appendix A).
+"""DCCO: Distributed Cross-Correlation Optimization (Vemulapalli et al., 2023, eq. 1-3, Appendix A), of
+any statistics loss (`--ssl`: `tff_ssl.losses.STATISTICS`; CCO is the paper's, VICReg and the spectral
+contrastive loss are functions of means over images too).
 
 One round is one federated computation (`run_round`) on a local TFF worker; across workers, TFF's
 mergeable execution rejects an aggregation that depends on another, so there the two phases are two
@@ -9,11 +11,11 @@ computations composed in Python (`aggregate_statistics`, `aggregate_updates`; th
     phase 1 (aggregate_statistics)
       w, seed_r ──federated_broadcast──►  views v1,v2 = two_views(x_k; seed_r, ids_k)
                                           F,G = projector(encoder(v1, v2; w))
-                                          <>_k = encoding_statistics(F, G)          (5 statistics)
-      <>_A = federated_mean(<>_k, weight=N_k) ◄──
+                                          <>_k = loss.statistics(F, G)    (CCO: 5 means)
+      <>_A = federated_mean(<>_k, weight=N_k), N = federated_sum(N_k) ◄──
     phase 2 (aggregate_updates)
       w, seed_r, <>_A ──broadcast──────►  same views;  <>_C = <>_k + stop_gradient(<>_A − <>_k)
-                                          L = CCO(<>_C);  w_k = w − η ∇_w L   (local step(s))
+                                          L = loss(<>_C, N);  w_k = w − η ∇_w L   (local step(s))
                                           Δ_k = w − w_k
       Δ = federated_mean(Δ_k, weight=N_k) ◄──
     server: w ← server_optimizer(w, gradient=Δ)
@@ -22,6 +24,12 @@ With one local gradient-descent step and N_k weights, a round equals one central
 of the round's images (Appendix A); `tests/federated/test_dcco.py` checks it numerically. <>_C has the
 value of <>_A and the gradient of <>_k. With several local steps the local statistics are recomputed at
 each step against the round's fixed <>_A (stale statistics: the paper leaves this open).
+
+`--dcco_statistics=previous` (`DCCOConfig.statistics`): one phase. A round's clients train against the
+aggregate statistics of the round before (broadcast from the server state) and release this round's
+statistics beside their update (from the same forward pass), which the server averages for the next
+round; the first round (and a round after no released statistics) runs both phases. A round then costs
+about one centralized step instead of 4/3, and its statistics are one round stale.
 """
 
 from __future__ import annotations
@@ -37,18 +45,29 @@ import tensorflow_federated as tff
 from tff_ssl import losses
 from tff_ssl import data as data_lib
 from tff_ssl import privacy as privacy_lib
+from tff_ssl import ssl as ssl_lib
+from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.privacy import PrivacyConfig
 from tff_ssl.privacy.release import PrivateRelease, dp_event
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext
+from tff_ssl.losses.statistics import combined
 from tff_ssl.method import FEDERATED_FIELDS, Method
+
+STATISTICS_MODES = ("current", "previous")
+DCCO_STATISTICS = Field(
+    "dcco_statistics", "current", "DCCO's statistics: the round's own (current: two phases, "
+    "exactly the centralized gradient) or the previous round's aggregate (previous: one phase, "
+    "about one centralized step's cost, statistics one round stale).", choices=STATISTICS_MODES)
 
 
 @dataclasses.dataclass(frozen=True)
 class DCCOConfig:
-  cco_lambda: float = losses.cco.DEFAULT_LAMBDA
+  ssl: str = "cco"  # A statistics loss (`tff_ssl.losses.STATISTICS`).
+  hparams: ssl_lib.Hparams = ssl_lib.Hparams()  # The loss's (cco_lambda, vicreg_*).
+  statistics: str = "current"  # STATISTICS_MODES: this round's aggregate, or the previous round's.
   client_optimizer: str = "sgd"
   client_learning_rate: float = 1.0  # The paper: plain gradient descent at 1.0, one local step.
   local_steps: int = 1
@@ -59,8 +78,14 @@ class DCCOConfig:
   denominator: float = 0.0
 
   def __post_init__(self):
+    losses.get_statistics(self.ssl)
+    DCCO_STATISTICS.check(self.statistics)
     common.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
+    if self.stale and self.privacy.any:
+      raise ValueError("--dcco_statistics=previous releases each round's statistics beside its "
+                       "update in one computation; DP, secure sums and compression are built for "
+                       "the two-phase round: use --dcco_statistics=current")
     if self.privacy.enabled:
       if self.privacy.adaptive:
         raise ValueError("DP-DCCO clips its two releases at fixed norms (--dp_statistics_clip, "
@@ -71,35 +96,43 @@ class DCCOConfig:
                          f"got denominator {self.denominator}")
 
 
-def _combined(local: losses.EncodingStatistics, aggregate) -> losses.EncodingStatistics:
-  """<>_C = <>_k + stop_gradient(<>_A − <>_k): the aggregate's value, the local gradient (eq. 3)."""
-  return losses.EncodingStatistics(*[k + tf.stop_gradient(a - k) for k, a in zip(local, aggregate)])
+  @property
+  def loss(self) -> losses.statistics.StatisticsLoss:
+    return losses.get_statistics(self.ssl)
+
+  @property
+  def stale(self) -> bool:
+    """Whether a round trains against the previous round's statistics (one phase)."""
+    return self.statistics == "previous"
+
+
+def _field(struct, name):
+  return struct[name] if isinstance(struct, dict) else getattr(struct, name)
 
 
 def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate,
-                   eps: float = losses.cco.DEFAULT_EPS):
-  """A client's local steps against the round's aggregate statistics: (Delta_k, first-step loss).
-  `eps`: added to the variances in the correlation (DP-DCCO: also the noise's scale,
-  `DCCOProcess.variance_eps`).
+                   eps: float | None = None):
+  """A client's local steps against aggregate statistics: (Delta_k, the first step's loss, the first
+  step's local statistics <>_k). `aggregate`: {"statistics": <>_A, "count": N}. `eps`: the loss's
+  variance floor (default the loss's own; DP-DCCO adds the noise's scale, `DCCOProcess.variance_eps`).
 
   Phase 2 of a client's round, which the process's computations look up by name when they are
   traced: `bin/benchmark --profile` times it on its own, `tools/xla_check.py` wraps it."""
+  entry = cfg.loss
+  statistics = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
+  count = _field(aggregate, "count")
+  first = []
 
   def loss_of(current, step):
-    del step  # The same views at every step.
     f, g = common.encode_views(model, current, v1, v2)
-    return losses.cco_loss_from_statistics(
-        _combined(losses.encoding_statistics(f, g), aggregate), cfg.cco_lambda, eps)
+    local = entry.statistics(f, g)
+    if step == 0:  # The statistics this client releases (`--dcco_statistics=previous`).
+      first.append(local)
+    return entry.loss(combined(local, statistics), count, cfg.hparams, eps)
 
   delta, loss, _ = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
                                          cfg.client_learning_rate, loss_of)
-  return delta, loss
-
-
-def _as_statistics(struct) -> losses.EncodingStatistics:
-  if isinstance(struct, (list, tuple)) and not hasattr(struct, "_fields"):
-    return losses.EncodingStatistics(*struct)  # A release's list, in the fields' order.
-  return losses.EncodingStatistics(*[getattr(struct, f) for f in losses.EncodingStatistics._fields])
+  return delta, loss, first[0]
 
 
 def client_segments(data):
@@ -166,13 +199,26 @@ class DCCOProcess(common.ServerLoop):
     w_type = common.flat_type(specs)  # The weights cross the TFF boundary as one vector.
     data_type = (grouping.group_input_type(image_shape) if simulation.grouped
                  else common.client_input_type(image_shape))
-    d = model.output_dim
-    stats_type = tff.StructType([(name, tff.TensorType(np.float32, [d, d] if name == "mean_fg"
-                                                       else [d]))
-                                 for name in losses.EncodingStatistics._fields])
     cfg = config
+    entry = cfg.loss
+    # The model's float type (float32; float64 under `set_floatx("float64")`): the statistics,
+    # weights and counts are all of it.
+    dtype = tf.as_dtype(w_type.dtype)
+    self.dtype = dtype
+    stats_type = tff.StructWithPythonType(
+        [(name, tff.TensorType(dtype.as_numpy_dtype, shape))
+         for name, shape in entry.shapes(model.output_dim).items()], collections.OrderedDict)
+    # What phase 2 trains against: the aggregate statistics and the images they are over.
+    aggregate_type = tff.StructWithPythonType(
+        [("statistics", stats_type), ("count", tff.TensorType(dtype.as_numpy_dtype))],
+        collections.OrderedDict)
+    self.stats_type, self.aggregate_type = stats_type, aggregate_type
     # One batched pass is exact for a group when the update is linear in the gradient (module doc).
     batched = not simulation.grouped or (cfg.local_steps == 1 and simulation.batch_one_step)
+    release = cfg.stale  # Phase 2 also returns the clients' statistics (the next round's).
+
+    def weight_of(data):
+      return tf.cast(common.num_examples(data), dtype)
 
     @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
     def client_statistics(weights, seed, data):
@@ -181,27 +227,45 @@ class DCCOProcess(common.ServerLoop):
       # statistics of its concatenated images.
       v1, v2 = common.views(data, seed, cfg.augment)
       f, g = common.encode_views(model, weights, v1, v2)
-      return losses.encoding_statistics(f, g)._asdict(), common.num_examples(data)
+      return entry.statistics(f, g), weight_of(data)
 
-    @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type)
+    @tff.tensorflow.computation(w_type, common.SEED_TYPE, aggregate_type, data_type)
     def client_update(weights, seed, aggregate, data):
       weights = common.unflatten_tensors(weights, specs)
-      aggregate = _as_statistics(aggregate)
       if batched:
         v1, v2 = common.views(data, seed, cfg.augment)
-        delta, loss = local_training(model, cfg, weights, v1, v2, aggregate)
-        return common.flatten(delta), common.num_examples(data), loss
+        delta, loss, local = local_training(model, cfg, weights, v1, v2, aggregate)
+        out = (common.flatten(delta), weight_of(data), loss)
+        return out + (local,) if release else out
 
       def one_client(images, ids, acc):
         v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
-        delta, loss = local_training(model, cfg, weights, v1, v2, aggregate)
-        n = tf.cast(tf.shape(ids)[0], tf.float32)
-        return ([s + n * u for s, u in zip(acc[0], delta)], acc[1] + n, acc[2] + n * loss)
+        delta, loss, local = local_training(model, cfg, weights, v1, v2, aggregate)
+        n = tf.cast(tf.shape(ids)[0], dtype)
+        return ([s + n * u for s, u in zip(acc[0], delta)], acc[1] + n, acc[2] + n * loss,
+                [s + n * x for s, x in zip(acc[3], local.values())])
 
+      zero = tf.constant(0.0, dtype)
+      stats_zero = [tf.zeros(t.shape, dtype) for t in stats_type]
       sums = grouping.fold_clients(
-          data, one_client, ([tf.zeros_like(w) for w in weights], tf.constant(0.0),
-                             tf.constant(0.0)))
-      return common.flatten([s / sums[1] for s in sums[0]]), sums[1], sums[2] / sums[1]
+          data, one_client, ([tf.zeros_like(w) for w in weights], zero, zero, stats_zero))
+      out = (common.flatten([s / sums[1] for s in sums[0]]), sums[1], sums[2] / sums[1])
+      local = collections.OrderedDict(zip(entry.names, [x / sums[1] for x in sums[3]]))
+      return out + (local,) if release else out
+
+    def mean_and_count(values, weights):
+      return tff.federated_zip(collections.OrderedDict(
+          statistics=tff.federated_mean(values, weight=weights),
+          count=tff.federated_sum(weights)))
+
+    def phase_two(weights_at_clients, seed_at_clients, aggregate, data):
+      out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
+                                              tff.federated_broadcast(aggregate), data))
+      result = collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
+                                       loss=tff.federated_mean(out[2], weight=out[1]))
+      if release:  # This round's statistics, for the next round.
+        result["next"] = mean_and_count(out[3], out[1])
+      return result
 
     @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
                                tff.FederatedType(common.SEED_TYPE, tff.SERVER),
@@ -209,18 +273,15 @@ class DCCOProcess(common.ServerLoop):
     def aggregate_statistics(weights, seed, data):
       out = tff.federated_map(client_statistics, (tff.federated_broadcast(weights),
                                                   tff.federated_broadcast(seed), data))
-      return tff.federated_mean(out[0], weight=out[1])
+      return mean_and_count(out[0], out[1])
 
     @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
                                tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(stats_type, tff.SERVER),
+                               tff.FederatedType(aggregate_type, tff.SERVER),
                                tff.FederatedType(data_type, tff.CLIENTS))
     def aggregate_updates(weights, seed, aggregate, data):
-      out = tff.federated_map(client_update, (tff.federated_broadcast(weights),
-                                              tff.federated_broadcast(seed),
-                                              tff.federated_broadcast(aggregate), data))
-      return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
-                                     loss=tff.federated_mean(out[2], weight=out[1]))
+      return phase_two(tff.federated_broadcast(weights), tff.federated_broadcast(seed), aggregate,
+                       data)
 
     @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
                                tff.FederatedType(common.SEED_TYPE, tff.SERVER),
@@ -232,11 +293,7 @@ class DCCOProcess(common.ServerLoop):
       weights_at_clients = tff.federated_broadcast(weights)
       seed_at_clients = tff.federated_broadcast(seed)
       out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
-      aggregate = tff.federated_mean(out[0], weight=out[1])
-      out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
-                                              tff.federated_broadcast(aggregate), data))
-      return collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
-                                     loss=tff.federated_mean(out[2], weight=out[1]))
+      return phase_two(weights_at_clients, seed_at_clients, mean_and_count(out[0], out[1]), data)
 
     if cfg.privacy.any:
       if split_phases:
@@ -258,7 +315,8 @@ class DCCOProcess(common.ServerLoop):
     privacy = cfg.privacy
     stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in stats_type]
     flat = common.flat_spec(specs)
-    variance_eps = losses.cco.DEFAULT_EPS
+    entry = cfg.loss
+    variance_eps = entry.eps
     if privacy.enabled:
       sigma = privacy.sigma
       # The noised <F^2> and <F>^2 are each off by about sigma C_s / D: a variance below that is
@@ -297,20 +355,20 @@ class DCCOProcess(common.ServerLoop):
         f, g = common.encode_views(model, weights, v1, v2)
         segments, count = client_segments(data)
         clip = release_stats.clip_of(params)
-        sums, norms = losses.cco.clipped_statistics_sum(f, g, segments, count, clip)
+        sums, norms = entry.clipped_sum(f, g, segments, count, clip)
         # Diagnostics (outside the guarantee, as the loss): the norms, and how many were clipped.
-        return (list(sums), common.num_examples(data), tf.reduce_sum(norms),
+        return (list(sums.values()), common.num_examples(data), tf.reduce_sum(norms),
                 tf.reduce_sum(tf.cast(norms > clip, tf.float32)))
 
-      @tff.tensorflow.computation(w_type, common.SEED_TYPE, stats_type, data_type, params_types[1])
+      @tff.tensorflow.computation(w_type, common.SEED_TYPE, self.aggregate_type, data_type,
+                                  params_types[1])
       def client_update_sum(weights, seed, aggregate, data, params):
         # Each client's N_k Delta_k clipped to the update clip, summed over the slot's clients.
         weights = common.unflatten_tensors(weights, specs)
-        aggregate = _as_statistics(aggregate)
 
         def one_client(images, ids, acc):
           v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
-          delta, loss = local_training(model, cfg, weights, v1, v2, aggregate, variance_eps)
+          delta, loss, _ = local_training(model, cfg, weights, v1, v2, aggregate, variance_eps)
           n = tf.cast(tf.shape(ids)[0], tf.float32)
           value = n * common.flatten(delta)
           record = release_update.add(acc[0], params, [value])
@@ -327,8 +385,11 @@ class DCCOProcess(common.ServerLoop):
         return record, n, loss_sum / n, norm, clipped
 
     @tff.tensorflow.computation(tff.StructType([("value", stat_specs_type(stat_specs))]))
-    def as_stats(value):
-      return collections.OrderedDict(zip(losses.EncodingStatistics._fields, value.value))
+    def as_aggregate(value):
+      # The noised sum over the public denominator, which is also the count.
+      return collections.OrderedDict(
+          statistics=collections.OrderedDict(zip(entry.names, value.value)),
+          count=tf.constant(cfg.denominator, self.dtype))
 
     @tff.federated_computation()
     def init_fn():
@@ -351,8 +412,10 @@ class DCCOProcess(common.ServerLoop):
       else:
         out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
         total, stats_state = stats_phase.next(state.statistics, out[0], out[1])
-      aggregate = (tff.federated_map(as_stats, tff.federated_zip(
-          collections.OrderedDict(value=total))) if privacy.enabled else total)
+      aggregate = (tff.federated_map(as_aggregate, tff.federated_zip(
+          collections.OrderedDict(value=total))) if privacy.enabled else
+                   tff.federated_zip(collections.OrderedDict(
+                       statistics=total, count=tff.federated_sum(out[1]))))
       aggregate_at_clients = tff.federated_broadcast(aggregate)
       if privacy.enabled:
         params = tff.federated_broadcast(update_phase.params(state.update))
@@ -382,6 +445,20 @@ class DCCOProcess(common.ServerLoop):
     self.client_statistics_sum = client_statistics_sum
     self.client_update_sum = client_update_sum
 
+  def initial_method_state(self):
+    """`--dcco_statistics=previous`: the aggregate statistics the next round trains against (count 0:
+    none yet, so the first round runs both phases); otherwise none."""
+    if not self.config.stale:
+      return ()
+    return collections.OrderedDict(
+        statistics=collections.OrderedDict(
+            (name, np.zeros(t.shape, t.dtype)) for name, t in zip(self.config.loss.names,
+                                                                   self.stats_type)),
+        count=np.zeros([], self.dtype.as_numpy_dtype))
+
+  def has_previous(self, state: common.ServerState) -> bool:
+    return self.config.stale and float(state.method_state["count"]) > 0
+
   def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
     """The round's aggregated update Δ and mean client loss, before the server optimizer step."""
     if not clients:
@@ -392,6 +469,8 @@ class DCCOProcess(common.ServerLoop):
     weights = common.flat_weights(state.weights)
     if self.config.privacy.any:
       out = dict(self.private_round(weights, seed, data, state.aggregator_state))
+    elif self.has_previous(state):  # One phase, against the previous round's statistics.
+      out = dict(self.aggregate_updates(weights, seed, state.method_state, data))
     elif self.split_phases:  # Mergeable execution: one aggregation per computation.
       stats = self.aggregate_statistics(weights, seed, data)
       out = dict(self.aggregate_updates(weights, seed, stats, data))
@@ -406,7 +485,7 @@ class DCCOProcess(common.ServerLoop):
     del client_ids, store
     out = self.compute_update(state, clients)
     new_state, metrics = self.finish_round(state, out["update"], out["loss"], len(clients),
-                                           out.get("aggregator_state", ()))
+                                           out.get("aggregator_state", ()), out.get("next"))
     if self.config.privacy.enabled:  # Both releases: the statistics, then the update.
       metrics["dp_events"] = [dp_event(out["aggregator_state"][k]) for k in ("statistics", "update")]
       # Per client (its N_k-times sums): the mean norm and the fraction the clip shortened.
@@ -452,7 +531,8 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
                        f"only where every client holds --samples_per_client images; partition "
                        f"{config.partition!r} has clients of unequal size: use a fixed-size one")
     denominator = float(config.clients_per_round * config.samples_per_client)
-  return (DCCOConfig(cco_lambda=config.cco_lambda, client_optimizer=config.client_optimizer,
+  return (DCCOConfig(ssl=config.ssl, hparams=ssl_lib.hparams_of(config),
+                     statistics=config.dcco_statistics, client_optimizer=config.client_optimizer,
                      client_learning_rate=config.client_learning_rate,
                      local_steps=config.local_steps, augment=config.augment_config(),
                      seed=config.seed, privacy=private, denominator=denominator),
@@ -467,9 +547,11 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 
 
 METHOD = Method(
-    name="dcco", kind="federated", fields=FEDERATED_FIELDS + privacy_lib.FIELDS, ssl=("cco",),
+    name="dcco", kind="federated",
+    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DCCO_STATISTICS,), ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
                     "encoding statistics as if each image were encoded alone (batch statistics "
                     "would make a client's encodings depend on its batch mates)"),
-    summary="DCCO: two-phase rounds (statistics, then stop-gradient local updates) of the CCO loss.")
+    summary="DCCO: two-phase rounds (statistics, then stop-gradient local updates) of a statistics "
+            "loss (CCO, VICReg, spectral).")

@@ -1,0 +1,170 @@
+"""DCCO of every statistics loss, in float64: one round with one local gradient step equals one
+centralized step on the union (Appendix A, here for CCO, VICReg and the spectral contrastive loss), on
+clients of unequal sizes with several one-image clients; the check fails on a perturbed statistic.
+
+Float64 because in float32 the check is ill-conditioned at random initialization: near-zero feature
+variances, divided by sqrt(var + eps), amplify round-off until it cannot be told from a bug (issue 36:
+1e-5 or 2e-2 of the largest gradient entry, depending on the image set). In float64 the paths agree
+to ~1e-13.
+
+Also `--dcco_statistics=previous`: a round trains against the previous round's aggregate and releases
+its own; its first round is the two-phase round.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_ssl import losses, models
+from tff_ssl.data import AugmentConfig, two_views
+from tff_ssl.federated import common, grouping
+from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.federated.grouping import Simulation
+from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
+from tff_ssl.ssl import Hparams
+from tests import spread
+
+SHAPE = (10, 10, 3)
+# Flips only: a crop's box comes from float32 exp / sqrt, whose last bit depends on the batch's size
+# (vectorized packets against a scalar tail), so cropped views of one client and of the union differ
+# by ~1e-6; flipped views are the same bits, and the comparison is of DCCO's arithmetic alone.
+AUGMENT = AugmentConfig.flip_only()
+# TFF's optimizers hold their learning rate in float32: a power of two is the same number in float64.
+SEED, ETA = 5, 2.0 ** -7
+SIZES = [1, 4, 1, 2, 1, 5, 7]  # 21 RGB images over 7 clients, three of them with one image.
+HP = Hparams(cco_lambda=5.0, vicreg_invariance=5.0, vicreg_variance=5.0, vicreg_covariance=1.0)
+# The statistics each loss is linear in: VICReg's invariance, the spectral loss's positive term and its
+# diagonal correction.
+LINEAR = {"cco": (), "vicreg": ("mean_distance",), "spectral": ("mean_dot", "mean_dot_sq")}
+TOLERANCE = 1e-10  # Of the update's largest entry; float64 paths agree to ~1e-13.
+
+
+@pytest.fixture(scope="module")
+def float64():
+  before = tf.keras.backend.floatx()
+  tf.keras.backend.set_floatx("float64")
+  yield
+  tf.keras.backend.set_floatx(before)
+
+
+@pytest.fixture(scope="module")
+def model(float64):
+  del float64
+
+  def build():
+    enc = models.build_encoder("resnet14", SHAPE, width=0.5)
+    proj = models.build_mlp_head(enc.output_shape[-1], [16, 8])
+    x = tf.keras.Input(SHAPE)
+    return tf.keras.Model(x, proj(enc(x)))
+
+  tf.keras.utils.set_random_seed(0)
+  return FunctionalModel(build)
+
+
+@pytest.fixture(scope="module")
+def clients():
+  rng = np.random.default_rng(1)
+  images = rng.integers(0, 256, (sum(SIZES),) + SHAPE, dtype=np.uint8)
+  bounds = np.cumsum([0] + SIZES)
+  return images, [common.client_inputs(images[a:b], np.arange(a, b))
+                  for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def centralized_gradient(model, entry, weights, images):
+  """The loss's gradient of one centralized step on the union, with round 0's views. Eager: a
+  `tf.function`'s Grappler rewrites move float64 results by ~4e-8 of their scale (seen on the
+  statistics of one client: the eager values and the TFF worker's agree to 1e-15)."""
+
+  def grad(w, x, ids):
+    v1, v2 = two_views(x, tf.constant([SEED, 0], tf.int64), AUGMENT, ids)
+    with tf.GradientTape() as tape:
+      tape.watch(w)
+      loss = entry.batch_loss(*common.encode_views(model, w, v1, v2), HP)
+    return tape.gradient(loss, w)
+
+  return [g.numpy() for g in grad([tf.constant(w) for w in weights], images,
+                                  np.arange(len(images)))]
+
+
+def process_of(model, name, mode="reference", statistics="current"):
+  return DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                     DCCOConfig(ssl=name, hparams=HP, client_learning_rate=ETA, augment=AUGMENT,
+                                seed=SEED, statistics=statistics),
+                     Simulation(mode=mode, group_size=3))
+
+
+def test_the_model_and_the_round_run_in_float64(model):
+  assert all(s.dtype == tf.float64 for s in model.weight_specs)
+  process = process_of(model, "cco")
+  assert process.aggregate_statistics.type_signature.result.member.statistics.mean_fg.dtype == (
+      tff.TensorType(np.float64, [8, 8]).dtype)
+
+
+@pytest.mark.parametrize("name,mode", [("cco", "reference"), ("vicreg", "reference"),
+                                       ("spectral", "reference"), ("vicreg", "grouped")])
+def test_one_round_equals_one_centralized_step_and_fails_on_a_perturbed_statistic(
+    model, clients, name, mode):
+  images, data = clients
+  entry = losses.STATISTICS[name]
+  grad = centralized_gradient(model, entry, model.initial_weights, images)
+  update = [ETA * g for g in grad]
+  process = process_of(model, name, mode)
+  state = process.initialize()
+  new_state, metrics = process.next(state, data)
+  assert np.isfinite(metrics["loss"]) and new_state.weights[0].dtype == np.float64
+  gap = spread.relative_gap([w0 - w for w0, w in zip(state.weights, new_state.weights)], update)
+  spread.within(f"float64 {name} ({mode}): round vs centralized step", gap, TOLERANCE)
+
+  # The same phase 2 against a statistic off by 1e-6 of itself misses the step, for every term the
+  # loss is nonlinear in; a term it is linear in (a mean of per-image losses) enters the gradient
+  # through the client's own share only, so its aggregate value cannot move the update.
+  packed = grouping.pack(data, 3) if mode == "grouped" else data
+  weights, seed = common.flat_weights(state.weights), common.round_seed(SEED, 0)
+  aggregate = process.aggregate_statistics(weights, seed, packed)
+  exact = process.aggregate_updates(weights, seed, aggregate, packed)["update"]
+  flat_update = common.flatten([tf.constant(u) for u in update]).numpy()
+  assert spread.relative_gap(exact, flat_update) < TOLERANCE
+  for key in entry.names:
+    stats = collections.OrderedDict(aggregate["statistics"])
+    stats[key] = np.asarray(stats[key]) * (1 + 1e-6) + 1e-9
+    nudged = collections.OrderedDict(statistics=stats, count=aggregate["count"])
+    off = process.aggregate_updates(weights, seed, nudged, packed)["update"]
+    if key in LINEAR[name]:
+      assert spread.relative_gap(off, flat_update) < TOLERANCE, (name, key)
+    else:
+      assert spread.relative_gap(off, flat_update) > 100 * TOLERANCE, (name, key)
+
+
+def test_previous_statistics_run_one_phase_after_a_two_phase_first_round(model, clients):
+  """Round 0 runs both phases (no statistics yet) and is the centralized step; round 1 trains against
+  round 0's aggregate (one phase) and releases its own, which are the statistics of its weights."""
+  images, data = clients
+  entry = losses.STATISTICS["cco"]
+  stale, exact = process_of(model, "cco", statistics="previous"), process_of(model, "cco")
+  state = stale.initialize()
+  assert float(state.method_state["count"]) == 0 and not stale.has_previous(state)
+  s1, _ = stale.next(state, data)
+  e1, _ = exact.next(exact.initialize(), data)
+  assert spread.relative_gap(s1.weights, e1.weights) < 1e-14  # Round 0: the same two-phase round.
+  assert float(s1.method_state["count"]) == sum(SIZES)
+  weights, seed = common.flat_weights(state.weights), common.round_seed(SEED, 0)
+  round0 = exact.aggregate_statistics(weights, seed, data)
+  for key in entry.names:  # What round 0 released: the statistics at the weights it broadcast.
+    assert spread.relative_gap(s1.method_state["statistics"][key],
+                               round0["statistics"][key]) < 1e-12
+
+  s2, metrics = stale.next(s1, data)  # One phase against round 0's statistics.
+  e2, _ = exact.next(e1, data)
+  weights1, seed1 = common.flat_weights(s1.weights), common.round_seed(SEED, 1)
+  want = exact.aggregate_updates(weights1, seed1, s1.method_state, data)["update"]
+  got = common.flat_weights(s1.weights) - common.flat_weights(s2.weights)
+  assert spread.relative_gap(got, want) < 1e-12
+  assert spread.relative_gap(s2.weights, e2.weights) > 1e-8  # Stale statistics: another step.
+  round1 = exact.aggregate_statistics(weights1, seed1, data)
+  for key in entry.names:
+    assert spread.relative_gap(s2.method_state["statistics"][key],
+                               round1["statistics"][key]) < 1e-12
+  assert np.isfinite(metrics["loss"])
