@@ -76,7 +76,7 @@ def _paper_numbers() -> dict[tuple[str, str, str], float | str]:
   return numbers
 
 
-def _columns(num_images: int, global_batch: int) -> tuple[Column, ...]:
+def columns(num_images: int, global_batch: int) -> tuple[Column, ...]:
   cols = []
   for group, alpha, sizes in (("non-IID", 0.0, (1, 4, 8, 16)), ("IID", 1000.0, (4, 8, 16))):
     for s in sizes:
@@ -173,7 +173,7 @@ def paper() -> Table:
           Row("supervised", "Supervised from scratch", dataclasses.replace(
               base, method="supervised", batch_size=256, optimizer="adam", learning_rate=0.01)),
       ),
-      columns=_columns(50_000, 512), evaluations=EVALUATIONS, paper=_paper_numbers(),
+      columns=columns(50_000, 512), evaluations=EVALUATIONS, paper=_paper_numbers(),
       curve_every=10_000, selection_column="noniid_16", supervised_epochs=100, checks=checks,
       notes=("Paper scale: built for a GPU; on a CPU it constructs and runs (see --max_rounds).",))
 
@@ -188,7 +188,7 @@ def mini() -> Table:
       rows=_rows(base, cco_projector=(512, 512, 512), contrastive_projector=(128, 128, 64),
                  rounds=MINI_ROUNDS, global_batch=128, learning_rates=(5e-3, 1e-3),
                  supervised_batch=256),
-      columns=_columns(60_000, 128), evaluations=EVALUATIONS, paper=_paper_numbers(),
+      columns=columns(60_000, 128), evaluations=EVALUATIONS, paper=_paper_numbers(),
       curve_every=1000, selection_column="noniid_16", supervised_epochs=30, checks=checks,
       notes=(f"Mini scale: Fashion-MNIST (10 classes) instead of CIFAR-100 (100 classes), "
              f"{MINI_ROUNDS} rounds instead of 100K, 2 x 2 grid pooling, crops >= 50% and "
