@@ -104,7 +104,7 @@ def test_the_term_example_adds_its_loss_and_reports_what_the_clients_measured(va
     z1, z2 = (common.encode_outputs(model, state.weights, v1, v2)[0][k].numpy() for k in (0, 1))
     std = np.sqrt(np.concatenate([z1, z2]).var(axis=0) + 1e-4)
     stds.append(std.mean())
-    simclr = float(cfg.method.loss(ssl_lib.Outputs(tf.constant(z1), tf.constant(z2)), cfg))
+    simclr = float(cfg.method.loss(ssl_lib.Outputs(tf.constant(z1), tf.constant(z2)), cfg.hparams))
     losses.append(simclr + np.maximum(1 - std, 0).mean())
   assert float(metrics["aggregation"]["projection_std"]) == pytest.approx(np.mean(stds), rel=1e-4)
   assert metrics["loss"] == pytest.approx(np.mean(losses), rel=1e-4)  # Equal clients: plain mean.

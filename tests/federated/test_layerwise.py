@@ -183,7 +183,7 @@ def test_client_loss_adds_beta_times_alignment_of_local_and_broadcast_features()
     g = glob / np.linalg.norm(glob, axis=1, keepdims=True)
     logits = l @ g.T / 0.2
     align = np.mean(np.log(np.exp(logits).sum(1)) - np.diag(logits))
-    want = float(fcfg.method.loss(out, fcfg)) + 0.01 * align
+    want = float(fcfg.method.loss(out, fcfg.hparams)) + 0.01 * align
     step = client_work.Step(model, out, start, local, v1, v2)
     assert float(client_work.client_loss(fcfg, step)) == pytest.approx(want, rel=1e-5)
     if local is start:  # The global representations are the local ones of view 2.

@@ -132,7 +132,7 @@ def test_two_steps_with_target_and_queue_match_a_reference(ssl, head_norm):
   lr, decay, queue_size, seed = 0.5, 0.9, 10, 3
   images = np.random.default_rng(0).integers(0, 256, size=(6, 8, 8, 1), dtype=np.uint8)
   ids = tf.range(6, dtype=tf.int64)
-  cfg = PretrainConfig(steps=2, batch_size=6, ssl=ssl, seed=seed, augment=AUGMENT, 
+  cfg = PretrainConfig(steps=2, batch_size=6, ssl=ssl, seed=seed, augment=AUGMENT,
                        hparams=Hparams(target_decay=decay, moco_queue=queue_size, temperature=0.2),
                        optimizer="sgd")
   build = _tiny_builder(ssl, head_norm)
@@ -165,8 +165,8 @@ def test_two_steps_with_target_and_queue_match_a_reference(ssl, head_norm):
         for var, value in zip(ref_target.projection_variables, target_w):
           var.assign(value)
         t1, t2 = (tf.stop_gradient(ref_target.project(v)) for v in (v1, v2))
-      loss = method.loss(ssl_lib.Outputs(z1, z2, p1, p2, t1, t2,
-                                         tf.constant(queue_np) if method.queue else None), cfg)
+      negatives = tf.constant(queue_np) if method.queue else None
+      loss = method.loss(ssl_lib.Outputs(z1, z2, p1, p2, t1, t2, negatives), cfg.hparams)
     grads = tape.gradient(loss, ref.trainable_variables)
     online = [w - lr * g.numpy() for w, g in zip(online, grads)]
     target_w = [decay * t + (1 - decay) * o for t, o in zip(target_w, online[:n_projection])]
