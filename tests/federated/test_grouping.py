@@ -38,7 +38,7 @@ REFERENCE = Simulation(mode="reference")
 # Client learning rates that keep a round a small step (see the module docstring); CCO gradients are
 # ~100x NT-Xent's.
 LR = {"cco": 1e-4, "nt_xent": 0.05, "simclr": 0.05, "byol": 0.05,
-      "simsiam": 0.05, "moco": 0.05, "mocov3": 0.05}
+      "simsiam": 0.05, "moco": 0.05, "mocov3": 0.05, "vicreg": 1e-3, "spectral": 1e-3}
 
 
 def build_keras():
@@ -176,6 +176,9 @@ def test_dcco_grouped_equals_reference(model, steps, simulation):
     ("moco", 1, Simulation()),  # Batched pass: every client against its zero queue.
     ("moco", 3, Simulation(group_size=2)),  # The queue fills with earlier steps' keys.
     ("mocov3", 1, Simulation()),  # Batched pass: each client's in-batch negatives only.
+    # Statistics losses within each client: its own rows' statistics in the batched pass.
+    ("vicreg", 1, Simulation()),
+    ("spectral", 1, Simulation(group_size=3)),
 ])
 def test_fedavg_grouped_equals_reference(ssl, steps, simulation):
   """Round 2 starts from the reference's state in both modes (as in the strategies' test below):
