@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""How stale a one-computation DCCO run's statistics are (`--dcco_statistics=previous`): after each
+round, the statistics it trained against (the previous round's aggregate) beside the statistics of the
+weights it broadcast (what a two-phase round would have used), per statistic. Writes nothing; the run
+folder only gives the config (docs/results.md, "Statistics losses").
+
+  .venv/bin/python tools/stale_statistics.py runs/stats/cells/dcco_previous/noniid_1 40
+
+Prints per round: the loss, and for each statistic ||previous - current|| / ||current||; for the
+per-dimension means, also the largest |mean| over the median standard deviation (features drifting
+away from zero faster than the statistics follow).
+"""
+
+import dataclasses
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tff_ssl import runtime  # noqa: E402
+
+runtime.install()  # Before TFF is imported: no orphan worker on any exit path.
+
+import numpy as np  # noqa: E402
+
+from tff_ssl import experiment, runner, tables  # noqa: E402
+from tff_ssl.federated import common, grouping  # noqa: E402
+
+
+def main(argv) -> int:
+  if len(argv) < 3:
+    print(__doc__, file=sys.stderr)
+    return 2
+  run_dir, rounds = argv[1], int(argv[2])
+  try:
+    config = dataclasses.replace(experiment.load_config(run_dir),
+                                 **tables.parse_settings(argv[3:]))
+    if config.method != "dcco" or config.dcco_statistics != "previous":
+      raise ValueError(f"{run_dir} is not a --method=dcco --dcco_statistics=previous run")
+    train, _ = experiment.load_splits(config)
+    runtime.configure_context()
+    _, model, process, round_clients = runner._setup(  # pylint: disable=protected-access
+        config, train, runner.partition(config, train))
+    state = process.initialize()
+    for r in range(rounds):
+      _, clients = round_clients(r)
+      previous = state.method_state
+      line = ""
+      if process.has_previous(state):
+        data = (grouping.pack(clients, process.simulation.group_size)
+                if process.simulation.grouped else clients)
+        current = process.aggregate_statistics(common.flat_weights(state.weights),
+                                               common.round_seed(config.seed, r), data)
+        gaps = []
+        for name, now in current["statistics"].items():
+          now, then = np.asarray(now, np.float64), np.asarray(previous["statistics"][name])
+          gaps.append(f"{name} {np.linalg.norm(then - now) / max(np.linalg.norm(now), 1e-30):.3f}")
+        stats = current["statistics"]
+        if "mean_f" in stats and "mean_f2" in stats:
+          var = np.maximum(np.asarray(stats["mean_f2"]) - np.asarray(stats["mean_f"]) ** 2, 0)
+          drift = np.abs(np.asarray(stats["mean_f"])).max() / max(np.median(np.sqrt(var)), 1e-30)
+          gaps.append(f"max |mean_f| / median std {drift:.1f}")
+        line = ", " + ", ".join(gaps)
+      state, metrics = process.next(state, clients)
+      print(f"round {r}: loss {float(metrics['loss']):.4g}{line}", flush=True)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main(sys.argv))
