@@ -172,10 +172,12 @@ class DCCOProcess(common.ServerLoop):
   `initialize() -> ServerState`; `next(state, clients) -> (state, metrics)` where `clients` is a list of
   `common.client_inputs(images, ids)`. The phases are exposed for inspection (`data` is one client in
   reference mode and one group of clients, `grouping.group_input_type`, in grouped mode):
-    aggregate_statistics: (<w@SERVER, seed@SERVER, data@CLIENTS> -> <stats>@SERVER)
-    aggregate_updates:    (<w@SERVER, seed@SERVER, stats@SERVER, data@CLIENTS>
-                           -> <update=Δ@SERVER, loss@SERVER>)   (Δ one flat vector, `common.flat_type`;
-                                                                 `compute_update` gives it back as tensors)
+    aggregate_statistics: (<w@SERVER, seed@SERVER, data@CLIENTS>
+                           -> <statistics=<>_A, count=N>@SERVER)   (the loss's terms' means, Σ N_k)
+    aggregate_updates:    (<w@SERVER, seed@SERVER, aggregate@SERVER, data@CLIENTS>
+                           -> <update=Δ@SERVER, loss@SERVER[, next=<statistics, count>@SERVER]>)
+                           (Δ one flat vector, `common.flat_type`; `compute_update` gives it back as
+                           tensors; `next`: with `--dcco_statistics=previous`, this round's statistics)
     run_round:            (<w@SERVER, seed@SERVER, data@CLIENTS> -> <update=Δ@SERVER, loss@SERVER>)
                            (both phases; what a round calls unless `split_phases`)
   `split_phases`: the round shape. True: the two phases as two computations (TFF's mergeable
