@@ -244,16 +244,19 @@ class DCCOProcess(common.ServerLoop):
         v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
         delta, loss, local = local_training(model, cfg, weights, v1, v2, aggregate)
         n = tf.cast(tf.shape(ids)[0], dtype)
+        # The released statistics are summed only where they are released (d x d a client).
+        released = [s + n * x for s, x in zip(acc[3], local.values())] if release else []
         return ([s + n * u for s, u in zip(acc[0], delta)], acc[1] + n, acc[2] + n * loss,
-                [s + n * x for s, x in zip(acc[3], local.values())])
+                released)
 
       zero = tf.constant(0.0, dtype)
-      stats_zero = [tf.zeros(t.shape, dtype) for t in stats_type]
+      stats_zero = [tf.zeros(t.shape, dtype) for t in stats_type] if release else []
       sums = grouping.fold_clients(
           data, one_client, ([tf.zeros_like(w) for w in weights], zero, zero, stats_zero))
       out = (common.flatten([s / sums[1] for s in sums[0]]), sums[1], sums[2] / sums[1])
-      local = collections.OrderedDict(zip(entry.names, [x / sums[1] for x in sums[3]]))
-      return out + (local,) if release else out
+      if not release:
+        return out
+      return out + (collections.OrderedDict(zip(entry.names, [x / sums[1] for x in sums[3]])),)
 
     def mean_and_count(values, weights):
       return tff.federated_zip(collections.OrderedDict(
