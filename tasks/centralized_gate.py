@@ -34,11 +34,7 @@ from tff_ssl.tables import Column, Evaluation, Row, Table
 NAME = "centralized_gate"
 TITLE = "The centralized gate: every SSL loss, group or batch heads, vs raw pixels (tuned probe)"
 
-EVALUATIONS = tables.TUNED_10_TWO_SEEDS + (
-    Evaluation("tuned_1_s0", "Tuned linear probe, 1% labels, label seed 0",
-               evaluation.TunedLinearProbeConfig(label_fraction=0.01, seed=0)),
-    Evaluation("tuned_1_s1", "Tuned linear probe, 1% labels, label seed 1",
-               evaluation.TunedLinearProbeConfig(label_fraction=0.01, seed=1)),
+EVALUATIONS = tables.TUNED_10_TWO_SEEDS + tables.TUNED_1_TWO_SEEDS + (
     Evaluation("linear_10", "Linear probe, 10% labels (the LARS probe: 1000 steps)",
                evaluation.LinearProbeConfig(label_fraction=0.1, steps=1000, batch_size=512,
                                             optimizer="lars", learning_rate=2.0)),

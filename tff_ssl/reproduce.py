@@ -35,14 +35,16 @@ class Cell:
 
   row: Row
   column: Column | None = None
-  label_fraction: float | None = None  # The supervised row's cells.
+  label_fraction: float | None = None  # The supervised row's cells: a label subset,
+  label_seed: int = 0  # and its seed.
 
   @property
   def path(self) -> str:
     if self.column is not None:
       part = self.column.key
     elif self.label_fraction is not None:
-      part = f"labels_{self.label_fraction:g}"
+      part = f"labels_{self.label_fraction:g}" + (f"_seed{self.label_seed}" if self.label_seed
+                                                   else "")
     else:
       part = "all"
     return os.path.join("cells", self.row.key, part)
@@ -53,8 +55,10 @@ def cells(table: Table) -> tuple[list[Cell], dict[tuple[str, str], str]]:
   todo, skipped = [], {}
   for row in table.rows:
     if row.supervised:
-      for fraction in sorted({e.label_fraction for e in table.evaluations}, reverse=True):
-        todo.append(Cell(row, label_fraction=fraction))
+      subsets = sorted({(e.label_fraction, e.label_seed) for e in table.evaluations},
+                       key=lambda s: (-s[0], s[1]))
+      for fraction, seed in subsets:
+        todo.append(Cell(row, label_fraction=fraction, label_seed=seed))
     elif row.federated:
       for column in table.columns:
         reason = row.skip_reason(column)
@@ -267,7 +271,8 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
         if cell.row.supervised:
           if num_train is None:
             num_train = len(experiment.load_splits(cell.row.config)[0])
-          config = table.supervised_config(cell.row, cell.label_fraction, num_train)
+          config = table.supervised_config(cell.row, cell.label_fraction, num_train,
+                                           cell.label_seed)
           kwargs = {}
         else:
           lr = choices.get(cell.row.key, {}).get("learning_rate")

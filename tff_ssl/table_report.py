@@ -64,7 +64,8 @@ def _paper(value) -> str:
 
 def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
   """One record per (evaluation, row, column) of the grid, with ours, the paper's and a status."""
-  by_key = {(c.row.key, c.column.key if c.column else None, c.label_fraction): c for c in todo}
+  by_key = {(c.row.key, c.column.key if c.column else None, c.label_fraction, c.label_seed): c
+            for c in todo}
   records = []
   for e in table.evaluations:
     for row in table.rows:
@@ -82,7 +83,8 @@ def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
           rec["status"] = "not run: " + skipped[(row.key, ckey)]
           records.append(rec)
           continue
-        cell = by_key.get((row.key, ckey or None, e.label_fraction if row.supervised else None))
+        cell = by_key.get((row.key, ckey or None) + ((e.label_fraction, e.label_seed)
+                                                     if row.supervised else (None, 0)))
         result = results.get(cell.path) if cell else None
         if result is None:
           rec["status"] = "not run yet"

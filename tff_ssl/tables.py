@@ -125,6 +125,11 @@ class Evaluation:
   def label_fraction(self) -> float:
     return self.protocol.label_fraction
 
+  @property
+  def label_seed(self) -> int:
+    """The seed of the labeled subset the protocol trains on (`evaluation.labeled_subset`)."""
+    return getattr(self.protocol, "seed", 0)
+
 
 # The frozen-feature evaluations of the FedSSL tables (FedEMA, LW-FedSSL, FedFoA) on every training
 # label: this project's linear probe (features standardized, LARS) and the FedEMA authors' kNN monitor.
@@ -145,6 +150,13 @@ TUNED_10_TWO_SEEDS = (
                evaluation.TunedLinearProbeConfig(label_fraction=0.1, seed=1)),
 )
 TUNED_GATE = tuple(e.key for e in TUNED_10_TWO_SEEDS)
+# The same probe at 1% of the labels (DCCO Table 1's second label fraction, the centralized gate's).
+TUNED_1_TWO_SEEDS = (
+    Evaluation("tuned_1_s0", "Tuned linear probe, 1% labels, label seed 0",
+               evaluation.TunedLinearProbeConfig(label_fraction=0.01, seed=0)),
+    Evaluation("tuned_1_s1", "Tuned linear probe, 1% labels, label seed 1",
+               evaluation.TunedLinearProbeConfig(label_fraction=0.01, seed=1)),
+)
 # The FedSSL tables' evaluations: the tuned probe (main), then the LARS probe and the FedEMA authors'
 # kNN monitor on every label (beside which the papers' numbers stand).
 TUNED_LINEAR_AND_KNN_100 = TUNED_10_TWO_SEEDS + LINEAR_AND_KNN_100
@@ -268,15 +280,18 @@ class Table:
       fields["num_clients"] = min(config.num_clients, num_pilot_train // config.samples_per_client)
     return dataclasses.replace(config, **fields)
 
-  def supervised_config(self, row: Row, label_fraction: float, num_train: int) -> ExperimentConfig:
-    """The supervised row trained from scratch on `label_fraction` of the labels."""
+  def supervised_config(self, row: Row, label_fraction: float, num_train: int,
+                        label_seed: int = 0) -> ExperimentConfig:
+    """The supervised row trained from scratch on `label_fraction` of the labels, the subset of
+    `label_seed` (which also seeds its initialization and batches: seed 0 is the row's own seed)."""
     labeled = max(1, round(label_fraction * num_train))
     batch = min(row.config.batch_size, labeled)
     steps = max(1, math.ceil(self.supervised_epochs * labeled / batch))
     if self.max_rounds:
       steps = min(steps, self.max_rounds)
+    seed = {"seed": label_seed} if label_seed else {}
     return dataclasses.replace(row.config, eval_label_fraction=label_fraction, steps=steps,
-                               batch_size=max(2, batch))
+                               batch_size=max(2, batch), **seed)
 
   def select(self, rows: Sequence[str] | None = None, columns: Sequence[str] | None = None
              ) -> "Table":
