@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from tff_ssl import evaluation, table_report
+from tff_ssl import evaluation
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.tables import (FAILED, TUNED_1_TWO_SEEDS, TUNED_10_TWO_SEEDS, TUNED_GATE, Column,
-                            Evaluation, Row, Table)
+from tff_ssl.tables import (FAILED, TUNED_1_TWO_SEEDS, TUNED_10_TWO_SEEDS, TUNED_GATE, Claim,
+                            Column, Evaluation, Row, Table)
 
 NAME = "dcco_table1"
 TITLE = "DCCO Table 1: federated self-supervised pretraining, then 10% / 1% labels"
@@ -52,7 +52,11 @@ _NON_IID = ("noniid_1", "noniid_4", "noniid_8", "noniid_16")
 _IID = ("iid_4", "iid_8", "iid_16")
 
 
-def _paper_numbers() -> dict[tuple[str, str, str], float | str]:
+def _paper_numbers(keys: dict[str, tuple[str, ...]] | None = None
+                   ) -> dict[tuple[str, str, str], float | str]:
+  """{(evaluation, row, column): the paper's number}; `keys` maps the paper's evaluations to ours
+  where they differ (the mini scale's tuned probe at each label seed beside the paper's linear
+  evaluation of the same label fraction)."""
   numbers: dict[tuple[str, str, str], float | str] = {}
   grid = {
       "linear_10": {
@@ -71,14 +75,15 @@ def _paper_numbers() -> dict[tuple[str, str, str], float | str]:
           "dcco": [33.3, 31.2, 29.5, 26.7, 33.3, 33.5, 33.5],
           "centralized_cco": 34.0, "supervised": 13.1},
   }
-  for ev, rows in grid.items():
-    for row, values in rows.items():
-      if isinstance(values, list):
-        for column, v in zip(_NON_IID + _IID, values):
-          if v is not None:
-            numbers[(ev, row, column)] = v
-      else:
-        numbers[(ev, row, "")] = values
+  for paper_key, rows in grid.items():
+    for ev in (keys or {}).get(paper_key, (paper_key,)):
+      for row, values in rows.items():
+        if isinstance(values, list):
+          for column, v in zip(_NON_IID + _IID, values):
+            if v is not None:
+              numbers[(ev, row, column)] = v
+        else:
+          numbers[(ev, row, "")] = values
   return numbers
 
 
@@ -124,41 +129,46 @@ def _centralized_contrastive(base: ExperimentConfig, projector, steps: int, batc
       batch_size=batch, optimizer="adam"), learning_rates, select_with="fedavg_simclr")
 
 
-def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
-  """The paper's claims on this grid, checked on our numbers (non-IID columns, main probe), where the
-  cells they compare pass the gate."""
-  e = table.evaluations[0].key
-  rec = {(r["row"], r["column"]): r for r in records if r["evaluation"] == e}
-  rows = {r.key: r for r in table.rows}
-  lines = []
-  # The paper's claims name this table's rows (by key; a --rows selection may leave some out).
-  dcco = [k for k in ("dcco",) if k in rows]
-  fedavg = [k for k in ("fedavg_cco", "fedavg_simclr") if k in rows]
-  central = [k for k in ("centralized_cco",) if k in rows]
-  for c in table.columns:
-    if c.group != "non-IID" or not dcco or (dcco[0], c.key) not in rec:
-      continue
-    d = rec[(dcco[0], c.key)]["ours"]
-    if d is None:
-      continue
-    rivals = []  # (name, accuracy or None when the run failed)
-    for k in fedavg:
-      r = rec.get((k, c.key))
-      if r and (r["ours"] is not None or r["status"].startswith(FAILED)):
-        rivals.append((k, rows[k].name, r["ours"]))
-    if rivals:
-      beaten = all(v is None or d > v for _, _, v in rivals)
-      # A failed run is beaten; the cells with numbers must pass the gate.
-      cells = [(dcco[0], c.key)] + [(k, c.key) for k, _, v in rivals if v is not None]
-      lines.append(gate.ordering(
-          f"non-IID {c.label}: DCCO {table_report.fmt(d)} beats every FedAvg variant (" +
-          ", ".join(f"{n} {table_report.fmt(v) if v is not None else 'failed'}"
-                    for _, n, v in rivals) + ")", cells, beaten))
-    if c.samples_per_client == 1 and central and rec.get((central[0], ""), {}).get("ours"):
-      gap = 100 * (rec[(central[0], "")]["ours"] - d)
-      lines.append(gate.ordering(f"non-IID {c.label}: centralized CCO − DCCO = {gap:+.1f} points, "
-                                 f"within 3", [(central[0], ""), (dcco[0], c.key)], abs(gap) <= 3))
-  return lines
+# Where the paper makes its claims about Table 1's rows.
+OUTPERFORMS_FEDAVG = (
+    'Sec. 4.1 on Table 1: "The proposed DCCO approach outperforms the FedAvg variants of contrastive '
+    'and CCO loss-based training by a significant margin for both IID and non-IID client datasets" '
+    '(11-18 points non-IID, 4-10 IID, linear evaluation)')
+NEAR_CENTRALIZED = (
+    'footnote 3: with one sample per client DCCO "should be close to the performance of centralized '
+    'CCO" (the paper measures a ~1% gap); Table 1: DCCO 45.9-52.0 against centralized CCO 52.6 '
+    '(10% labels, linear)')
+OUTPERFORMS_SUPERVISED = (
+    'Sec. 4.1: "The proposed DCCO approach also outperforms fully-supervised training from scratch '
+    'by a significant margin (10-20%)"')
+VICREG_EXACT = (
+    "not the paper's: this project's (issue 36), DCCO trains any statistics loss with the "
+    "centralized gradient (the paper names VICReg as an open question), so DCCO-VICReg should be "
+    "as near centralized VICReg as DCCO is to centralized CCO")
+WITHIN = 3.0  # Points: "close to" centralized, the ~1% of footnote 3 with room for a 10-class set.
+
+
+def claims(*evaluation_sets: tuple[tuple[str, ...], str],
+           seed_rows: tuple[tuple[str, str], ...] = ()) -> tuple[Claim, ...]:
+  """The paper's claims about Table 1's rows (and DCCO-VICReg's, the mini scale's extension), at each
+  of `evaluation_sets` ((evaluation keys, label); () keys: the gate's); with `seed_rows`, the same
+  claims between the rows' training-seed-1 counterparts."""
+  seed1 = dict(seed_rows)
+  out = []
+  for keys, what in evaluation_sets:
+    for suffix in ("", "_seed1"):  # The seed-1 rows' names say so.
+      dcco = "dcco" + suffix
+      if suffix and dcco not in seed1.values():
+        continue
+      tag = what
+      rival = (lambda k: seed1[k]) if suffix else (lambda k: k)
+      out += [Claim(dcco, rival("fedavg_cco"), OUTPERFORMS_FEDAVG, evaluations=keys, label=tag),
+              Claim(dcco, rival("fedavg_simclr"), OUTPERFORMS_FEDAVG, evaluations=keys,
+                    label=tag),
+              Claim(dcco, "centralized_cco", NEAR_CENTRALIZED, relation="within", within=WITHIN,
+                    evaluations=keys, label=tag),
+              Claim(dcco, "supervised", OUTPERFORMS_SUPERVISED, evaluations=keys, label=tag)]
+  return tuple(out)
 
 
 def paper() -> Table:
@@ -180,7 +190,8 @@ def paper() -> Table:
               base, method="supervised", batch_size=256, optimizer="adam", learning_rate=0.01)),
       ),
       columns=columns(50_000, 512), evaluations=EVALUATIONS, paper=_paper_numbers(),
-      curve_every=10_000, selection_column="noniid_16", supervised_epochs=100, checks=checks,
+      curve_every=10_000, selection_column="noniid_16", supervised_epochs=100,
+      claims=claims(((), ""), (("linear_1",), "1% labels"), (("finetune_10",), "fine-tuning")),
       notes=("Paper scale: built for a GPU; on a CPU it constructs and runs (see --max_rounds).",))
 
 
@@ -191,6 +202,8 @@ MINI_ROUNDS = 1000
 MINI_DATASET = "fashion_mnist_shifted"
 MINI_LEARNING_RATES = (5e-4, 1e-3, 2e-3, 5e-3)
 MINI_EVALUATIONS = TUNED_10_TWO_SEEDS + TUNED_1_TWO_SEEDS
+# The claims' evaluations: the gate's (10% of the labels, both label seeds), then 1%.
+MINI_CLAIM_EVALUATIONS = (((), ""), (tuple(e.key for e in TUNED_1_TWO_SEEDS), "1% labels"))
 # The rows that also run with training seed 1 in the non-IID columns: (row, its seed-1 row).
 SEED_ROWS = (("fedavg_cco", "fedavg_cco_seed1"), ("fedavg_simclr", "fedavg_simclr_seed1"),
              ("dcco", "dcco_seed1"))
@@ -222,9 +235,15 @@ def mini() -> Table:
                           cco_lambda=2.0, checkpoint_every=250, log_every=10, seed=0)
   return Table(
       name=NAME, scale="mini", title=TITLE, rows=_mini_rows(base),
-      columns=columns(60_000, 128), evaluations=MINI_EVALUATIONS, paper=_paper_numbers(),
+      columns=columns(60_000, 128), evaluations=MINI_EVALUATIONS,
+      paper=_paper_numbers({"linear_10": TUNED_GATE,
+                            "linear_1": tuple(e.key for e in TUNED_1_TWO_SEEDS)}),
       curve_every=MINI_ROUNDS // 2, selection_column="noniid_16", supervised_epochs=30,
-      checks=checks, gate_evaluations=TUNED_GATE,
+      gate_evaluations=TUNED_GATE,
+      claims=claims(*MINI_CLAIM_EVALUATIONS, seed_rows=SEED_ROWS) + tuple(
+          Claim("dcco_vicreg", "centralized_vicreg", VICREG_EXACT, relation="within",
+                within=WITHIN, evaluations=keys, label=what)
+          for keys, what in MINI_CLAIM_EVALUATIONS),
       notes=(f"Mini scale, in the mini regime: shifted Fashion-MNIST (10 classes) instead of "
              f"CIFAR-100 (100 classes), {MINI_ROUNDS} rounds of 128 images instead of 100K of 512, "
              f"ResNet-14 with a stride-2 stem and 2 x 2 grid pooling, crops >= 50%, lambda = 2: "

@@ -31,9 +31,8 @@ from __future__ import annotations
 import dataclasses
 
 from tasks import dcco_table1
-from tff_ssl import table_report
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Row, Table
+from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Row, Table
 
 NAME = "dcco_statistics"
 TITLE = "Statistics losses: DCCO of CCO, VICReg and spectral, and one-computation DCCO"
@@ -67,45 +66,34 @@ def _rows(base: ExperimentConfig, rounds: int, global_batch: int) -> tuple[Row, 
   )
 
 
-def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
-  """Each federated row against its centralized row (within WITHIN points, gated), and the cost of
-  stale statistics (one-computation minus two-phase DCCO, points, gated), at the main probe's label
-  seeds."""
-  ours = {(r["evaluation"], r["row"], r["column"]): r["ours"] for r in records}
-  keys = gate.evaluations
-  rows = {r.key for r in table.rows}
-  lines = []
-  for fed, central in CENTRALIZED.items():
-    if not {fed, central} <= rows:
-      continue
-    for column in (c.key for c in table.columns):
-      a = [ours.get((k, fed, column)) for k in keys]
-      b = [ours.get((k, central, "")) for k in keys]
-      if not all(isinstance(v, float) for v in a + b):
-        continue
-      gaps = [100 * (y - x) for x, y in zip(a, b)]
-      label = table.column(column).group + " " + table.column(column).label
-      text = (f"{label}: {table.row(central).name} − {table.row(fed).name} = "
-              f"{' / '.join(f'{g:+.1f}' for g in gaps)} points, within {WITHIN:g}")
-      lines.append(gate.ordering(text, [(fed, column), (central, "")],
-                                 all(abs(g) <= WITHIN for g in gaps)))
-  if {"dcco", "dcco_previous"} <= rows:
-    for column in (c.key for c in table.columns):
-      line = gate.compare(table, records, "dcco_previous", "dcco", column, strict=False,
-                          label=f"stale statistics, {table.column(column).label}", within=1.0)
-      if line:
-        lines.append(line)
-  return lines
+# This table's claims (not a paper's: issue 36's extension of DCCO, issue 52's one computation).
+EXACT = ("not the paper's: this project's (issue 36); DCCO's round is the centralized step on the "
+         "union of the round's images for any statistics loss (tests/federated/"
+         "test_dcco_statistics.py), so each DCCO row should be as near its centralized row as "
+         "DCCO Table 1 finds DCCO to centralized CCO (footnote 3: \"close\", within 3 points here)")
+STALE = ("not the paper's (it names one communication round as an open question): one-computation "
+         "DCCO should cost at most 1 point against two-phase DCCO (issue 52)")
+
+
+def claims(rows) -> tuple[Claim, ...]:
+  """Each federated row within WITHIN points of its centralized row; one-computation DCCO within a
+  point of two-phase DCCO; between the rows the table has."""
+  keys = {r.key for r in rows}
+  out = [Claim(fed, central, EXACT, relation="within", within=WITHIN)
+         for fed, central in CENTRALIZED.items() if {fed, central} <= keys]
+  if {"dcco", "dcco_previous"} <= keys:
+    out.append(Claim("dcco_previous", "dcco", STALE, relation="within", within=1.0))
+  return tuple(out)
 
 
 def _table(scale: str, base: ExperimentConfig, rounds: int, num_images: int, global_batch: int,
            notes: tuple[str, ...], evaluations, gate) -> Table:
   columns = tuple(c for c in dcco_table1.columns(num_images, global_batch) if c.key in COLUMNS)
+  rows = _rows(base, rounds, columns[0].global_batch)
   return Table(
-      name=NAME, scale=scale, title=TITLE, rows=_rows(base, rounds, columns[0].global_batch),
-      columns=columns, evaluations=evaluations, paper={}, curve_every=0,
-      selection_column=COLUMNS[-1], supervised_epochs=0, notes=notes, checks=checks,
-      gate_evaluations=gate)
+      name=NAME, scale=scale, title=TITLE, rows=rows, columns=columns, evaluations=evaluations,
+      paper={}, curve_every=0, selection_column=COLUMNS[-1], supervised_epochs=0, notes=notes,
+      claims=claims(rows), gate_evaluations=gate)
 
 
 def mini() -> Table:

@@ -175,30 +175,10 @@ def select_learning_rates(table: Table, output_dir: str, bar, progress: bool,
   return choices
 
 
-def baselines(table: Table, output_dir: str) -> dict[str, dict[str, float]]:
-  """What every pretrained encoder of the table must beat, under each frozen-feature evaluation
-  (linear probe, kNN): {evaluation key: {"raw_pixels": acc, "random_init": acc}}, the encoder at its
-  initialization being the one every row starts from (the curves' round 0). Computed once per output
-  folder (random_init.json)."""
-  path = os.path.join(output_dir, "random_init.json")
-  found = _read_json(path).get("baselines", {}) if os.path.exists(path) else {}
-  missing = [e for e in table.evaluations
-             if isinstance(e.protocol, evaluation.FROZEN_FEATURE_PROTOCOLS) and e.key not in found]
-  if missing:
-    config = table.cell_config(next(r for r in table.rows if not r.supervised), None)
-    train, test = experiment.load_splits(config)
-    tf.keras.utils.set_random_seed(config.seed)
-    encoder = config.build_encoder(train.image_shape)
-    pixels = evaluation.raw_pixels(train.image_shape)
-    for e in missing:
-      found[e.key] = {"raw_pixels": evaluation.evaluate(pixels, train, test, e.protocol),
-                      "random_init": evaluation.evaluate(encoder, train, test, e.protocol)}
-    _write_json(path, {"baselines": found})
-  return found
-
-
 # The fields that make an encoder's architecture and so its initialization (`build_encoder`).
 ENCODER_FIELDS = ("encoder", "width", "stem_stride", "pool_grid", "depth", "patch_size", "readout")
+# random_init.json's layout: baselines keyed by what they were measured on (`baseline_keys`).
+BASELINES_VERSION = 2
 
 
 def encoder_key(config) -> str:
@@ -209,34 +189,69 @@ def encoder_key(config) -> str:
                            ["weight_standardization=False"]))
 
 
-def encoder_baselines(table: Table, output_dir: str, todo) -> dict:
-  """The random-init baseline of every cell whose encoder is not the table's (a row trying another
-  width, depth, patch size, readout or plain convolutions): that encoder at its initialization under the gate's
-  evaluations, as `Table.cell_baselines` gives them, {(row, column): {evaluation: {"random_init":
-  acc}}}. Computed once per architecture and output folder (random_init.json, "encoders")."""
-  first = table.cell_config(next(r for r in table.rows if not r.supervised), None)
-  cells_ = [c for c in todo if not c.row.supervised and
-            encoder_key(table.cell_config(c.row, c.column)) != encoder_key(first)]
-  if not cells_:
-    return {}
+def baseline_keys(config, protocol, image_shape) -> tuple[str, str]:
+  """(raw-pixel key, random-init key): what a cell's baselines under `protocol` depend on. Raw
+  pixels: the dataset (a shifted testbed is its own dataset), the images' size, the probe with its
+  label fraction and label seed; random init: those, the encoder's architecture and the seed it is
+  initialized from."""
+  data = f"{config.dataset} {'x'.join(str(d) for d in image_shape)} | {protocol!r}"
+  return data, f"{data} | {encoder_key(config)} seed={config.seed}"
+
+
+def cell_baselines(table: Table, output_dir: str, todo,
+                   log: Callable[[str], None] = lambda s: None) -> dict:
+  """What every pretrained cell must beat, under each frozen-feature evaluation (linear probes,
+  kNN): {(row, column or ""): {evaluation key: {"raw_pixels": acc, "random_init": acc}}}, measured
+  on the cell's own data and encoder (`baseline_keys`): a column or row that changes the dataset,
+  the images, the architecture or the seed gets its own. Each is computed once per output folder
+  and kept in random_init.json under its key; a file of an older layout (baselines keyed by
+  evaluation alone, which could belong to another dataset) is recomputed."""
   path = os.path.join(output_dir, "random_init.json")
   stored = _read_json(path) if os.path.exists(path) else {}
-  found = stored.setdefault("encoders", {})
-  evaluations = [e for e in table.evaluations if e.key in table.gate_keys]
-  out = {}
-  for cell in cells_:
+  if stored and stored.get("version") != BASELINES_VERSION:
+    log(f"{path}: baselines of an older layout, not keyed by the dataset and encoder they were "
+        f"measured on; measuring them again")
+    stored = {}
+  stored["version"] = BASELINES_VERSION
+  raw, rnd = stored.setdefault("raw_pixels", {}), stored.setdefault("random_init", {})
+  evaluations = [e for e in table.evaluations
+                 if isinstance(e.protocol, evaluation.FROZEN_FEATURE_PROTOCOLS)]
+  splits: dict[tuple, Any] = {}
+  out: dict = {}
+  for cell in todo:
+    if cell.row.supervised:
+      continue
     config = table.cell_config(cell.row, cell.column)
-    key = encoder_key(config)
-    if any(e.key not in found.get(key, {}) for e in evaluations):
-      train, test = experiment.load_splits(config)
-      tf.keras.utils.set_random_seed(config.seed)
-      encoder = config.build_encoder(train.image_shape)
-      found[key] = {e.key: evaluation.evaluate(encoder, train, test, e.protocol)
-                    for e in evaluations}
-      _write_json(path, stored)
-    out[(cell.row.key, cell.column.key if cell.column is not None else "")] = {
-        k: {"random_init": v} for k, v in found[key].items()}
+    data = (config.dataset, config.data_dir)
+    if data not in splits:
+      splits[data] = experiment.load_splits(dataclasses.replace(config, validation_fraction=0.0))
+    train, test = splits[data]
+    encoder = None
+    found = out.setdefault((cell.row.key, cell.column.key if cell.column is not None else ""), {})
+    for e in evaluations:
+      raw_key, init_key = baseline_keys(config, e.protocol, train.image_shape)
+      if raw_key not in raw:
+        raw[raw_key] = evaluation.evaluate(evaluation.raw_pixels(train.image_shape), train, test,
+                                           e.protocol)
+        _write_json(path, stored)
+      if init_key not in rnd:
+        if encoder is None:
+          tf.keras.utils.set_random_seed(config.seed)
+          encoder = config.build_encoder(train.image_shape)
+        rnd[init_key] = evaluation.evaluate(encoder, train, test, e.protocol)
+        _write_json(path, stored)
+      found[e.key] = {"raw_pixels": raw[raw_key], "random_init": rnd[init_key]}
+  first = next((out[k] for k in out), {})
+  if stored.get("baselines") != first:  # The first cell's, for readers of the table's baselines.
+    stored["baselines"] = first
+    _write_json(path, stored)
   return out
+
+
+def table_baselines(table: Table, per_cell: dict) -> dict[str, dict[str, float]]:
+  """The baselines of the table's first pretrained cell, {evaluation: {"raw_pixels", "random_init"}}:
+  those of every cell where no column or row changes them (`cell_baselines`)."""
+  return next(iter(per_cell.values()), {})
 
 
 def reproduce(table: Table, output_dir: str, *, progress: bool = True,
@@ -260,7 +275,8 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
       choices = {k: v for k, v in select_learning_rates(table, output_dir, bar, progress,
                                                         timing).items() if k in chosen}
       bar.set_description("random init")
-      base = baselines(table, output_dir)
+      own = cell_baselines(table, output_dir, todo, log)
+      base = table_baselines(table, own)
       # The runs' own LARS probe: the curves' round 0.
       curve = table.curve_evaluation
       random_acc = base[curve.key]["random_init"] if curve is not None else None
@@ -285,14 +301,17 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
         tf.keras.backend.clear_session()
         bar.update(1)
     appendix = table.appendix(table, output_dir) if table.appendix else ""
-    cell_baselines = {**encoder_baselines(table, output_dir, todo),
-                      **(table.cell_baselines(table, output_dir) if table.cell_baselines else {})}
+    # A table's own baselines of some cells (FedFoA's heterogeneous clients) replace the measured.
+    for cell, evals in (table.cell_baselines(table, output_dir) if table.cell_baselines
+                        else {}).items():
+      for k, b in evals.items():
+        own.setdefault(cell, {}).setdefault(k, {}).update(b)
   except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the time spent counts all the same.
     _record_invocation(timing, timing_path, start)
     raise
   _record_invocation(timing, timing_path, start)
   return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing,
-                            base, appendix, cell_baselines)
+                            base, appendix, own)
 
 
 def _record_invocation(timing: dict[str, Any], path: str, start: float) -> None:

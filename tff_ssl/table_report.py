@@ -131,7 +131,7 @@ class Gate:
   evaluations: tuple[str, ...]
   margins: dict
   problem: str = ""
-  own_baselines: frozenset = frozenset()  # (row, column) measured against its own random init.
+  own_baselines: frozenset = frozenset()  # (row, column) measured against baselines of its own.
 
   def passes(self, row: str, column: str) -> bool:
     if self.problem:
@@ -163,32 +163,123 @@ class Gate:
 
 
   def compare(self, table: Table, records, better: str, base: str, column: str, strict: bool,
-              label: str = "", within: float | None = None) -> str | None:
-    """An ordering between two rows of one column at every gate evaluation (the main probe's label
-    seeds): "`label`: A a0 / a1 is above (strict) or at least B b0 / b1 (d0 / d1 points) — ...";
-    with `within` (points), "is within `within` points of" instead (|a - b| <= within).
-    It holds when it holds at every seed; where it holds at some and not at others it fails, naming
-    the seeds. None when either cell lacks a gate evaluation."""
-    ours = {(r["evaluation"], r["row"], r["column"]): r["ours"] for r in records}
-    a = [ours.get((k, better, column)) for k in self.evaluations]
-    b = [ours.get((k, base, column)) for k in self.evaluations]
-    if not all(isinstance(v, float) for v in a + b):
-      return None
+              label: str = "", within: float | None = None,
+              evaluations: tuple[str, ...] | None = None) -> str:
+    """An ordering between two rows in one column at every evaluation of `evaluations` (default:
+    the gate's, the main probe's label seeds): "`label`: A a0 / a1 is above (strict) or at least B
+    b0 / b1 (d0 / d1 points) — ..."; with `within` (points), "is within `within` points of" instead
+    (|a - b| <= within). A row without columns (centralized, supervised) is read in column "".
+    It holds when it holds at every evaluation; where it holds at some and not at others it fails,
+    naming them. The gate reads the pretrained cells (not the supervised row's). A cell that failed,
+    is not run or has no number yet makes the line "untested" with the reason: no check vanishes."""
+    keys = tuple(evaluations or self.evaluations)
     if within is not None:
-      held = [abs(100 * (x - y)) <= within for x, y in zip(a, b)]
       words = f"is within {within:g} points of"
     else:
-      held = [x > y if strict else x >= y for x, y in zip(a, b)]
       words = "is above" if strict else "is at least"
-    text = (f"{label + ': ' if label else ''}{table.row(better).name} "
+    prefix = f"{label + ': ' if label else ''}"
+    cells = [(k, column if table.row(k).federated else "") for k in (better, base)]
+    missing = _missing(table, records, cells, keys)
+    if missing:
+      return (f"{prefix}{table.row(better).name} {words} {table.row(base).name} — untested: "
+              f"{missing}")
+    ours = {(r["evaluation"], r["row"], r["column"]): r["ours"] for r in records}
+    a = [ours[(k, *cells[0])] for k in keys]
+    b = [ours[(k, *cells[1])] for k in keys]
+    if within is not None:
+      held = [abs(100 * (x - y)) <= within for x, y in zip(a, b)]
+    else:
+      held = [x > y if strict else x >= y for x, y in zip(a, b)]
+    text = (f"{prefix}{table.row(better).name} "
             f"{' / '.join(fmt(x) for x in a)} {words} "
             f"{table.row(base).name} {' / '.join(fmt(y) for y in b)} "
             f"({' / '.join(f'{100 * (x - y):+.1f}' for x, y in zip(a, b))} points)")
-    line = self.ordering(text, [(better, column), (base, column)], all(held))
+    gated = [(r, c) for r, c in cells if not table.row(r).supervised]
+    line = self.ordering(text, gated, all(held))
     if any(held) and not all(held) and line.endswith("**fails**"):
-      line += (f" at {', '.join(k for k, h in zip(self.evaluations, held) if not h)} (holds at "
-               f"{', '.join(k for k, h in zip(self.evaluations, held) if h)})")
+      line += (f" at {', '.join(k for k, h in zip(keys, held) if not h)} (holds at "
+               f"{', '.join(k for k, h in zip(keys, held) if h)})")
     return line
+
+
+def _cell_name(table: Table, row: str, column: str) -> str:
+  """"Row name, column heading" of a cell ("Row name" for a row without columns)."""
+  if not column:
+    return table.row(row).name
+  c = table.column(column)
+  return f"{table.row(row).name}, {f'{c.group} {c.label}'.strip()}"
+
+
+def _missing(table: Table, records, cells, keys) -> str:
+  """Why (row, column) `cells` have no number to compare at evaluations `keys`: "<cell> failed
+  (<reason>)", "<cell> not run (<reason>)", "<cell> not run yet"; "" when every number is there."""
+  by = {(r["evaluation"], r["row"], r["column"]): r for r in records}
+  for row, column in cells:
+    for k in keys:
+      rec = by.get((k, row, column))
+      status = rec.get("status", "") if rec else "not run yet"
+      if rec is not None and rec["ours"] is not None:
+        continue
+      name = _cell_name(table, row, column)
+      if status.startswith(FAILED):
+        reason = status[len(FAILED):].lstrip(": ").split(";")[0]
+        return f"{name} failed ({reason})"
+      if status.startswith("not run:"):
+        return f"{name} not run ({status[len('not run:'):].strip()})"
+      return f"{name} not run yet"
+  return ""
+
+
+def claim_columns(table: Table, claim) -> list[str]:
+  """The columns `claim` is checked in: its own, else every column where neither row is left out
+  by rule (a within-client loss at one image a client, a row that runs in some columns only); ""
+  alone when neither row has columns."""
+  federated = [table.row(k).federated for k in (claim.better, claim.base)]
+  if not any(federated):
+    return [""]
+  keys = list(claim.columns) or [c.key for c in table.columns]
+  out = []
+  for key in keys:
+    column = table.column(key)
+    if any(f and table.row(k).skip_reason(column) for k, f in zip((claim.better, claim.base),
+                                                                   federated)):
+      continue
+    out.append(key)
+  return out
+
+
+def claim_lines(table: Table, records, g: Gate) -> list[str]:
+  """Every claim of `table.claims` in every column it applies to, "[n] column: ... — holds /
+  **fails** / untested: <why>", n numbering the claims as `claim_sources` lists them."""
+  lines = []
+  for i, claim in enumerate(table.claims, 1):
+    for column in claim_columns(table, claim):
+      where = f"{table.column(column).group} {table.column(column).label}".strip() if column else ""
+      label = ", ".join(x for x in (where, claim.label) if x)
+      line = g.compare(table, records, claim.better, claim.base, column,
+                       strict=claim.relation == "above", label=label,
+                       within=claim.within if claim.relation == "within" else None,
+                       evaluations=claim.evaluations or None)
+      lines.append(f"[{i}] {line}")
+  return lines
+
+
+def claim_sources(table: Table) -> list[str]:
+  """Where the paper makes its claims, lettered (a), (b), ..., then the claims, numbered as
+  `claim_lines` numbers them, each with its rows, relation, evaluations and source's letter."""
+  words = {"above": "above", "at_least": "at least"}
+  letters: dict[str, str] = {}
+  for c in table.claims:
+    letters.setdefault(c.source, chr(ord("a") + len(letters)))
+  out = [f"({letter}) {source}" for source, letter in letters.items()]
+  for i, c in enumerate(table.claims, 1):
+    relation = (f"within {c.within:g} points of" if c.relation == "within" else
+                words[c.relation])
+    evals = ", ".join(c.evaluations) or ", ".join(g for g in table.gate_keys)
+    label = f", {c.label}" if c.label else ""
+    out.append(f"[{i}] {table.row(c.better).name} {relation} {table.row(c.base).name}{label} "
+               f"({evals}) ({letters[c.source]})")
+  return out
 
 
 def gate(table: Table, records, baselines, cell_baselines=None) -> Gate:
@@ -212,7 +303,11 @@ def gate(table: Table, records, baselines, cell_baselines=None) -> Gate:
                   rec["evaluation"], {})}
       margins.setdefault((rec["row"], rec["column"]), {})[rec["evaluation"]] = (
           rec["ours"] - base["raw_pixels"], rec["ours"] - base["random_init"])
-  return Gate(keys, margins, problem, frozenset(cell_baselines or {}))
+  # The cells gated against baselines other than the table's (another dataset, encoder or seed).
+  own = frozenset(cell for cell, evals in (cell_baselines or {}).items()
+                  if any(evals.get(k) is not None and baselines and k in baselines and
+                         any(evals[k].get(b) != baselines[k][b] for b in evals[k]) for k in keys))
+  return Gate(keys, margins, problem, own)
 
 
 def gate_lines(table: Table, g: Gate) -> list[str]:
@@ -236,7 +331,7 @@ def gate_lines(table: Table, g: Gate) -> list[str]:
     verdict = ("passes" + (", goal met" if min(raws) >= GOAL_OVER_RAW_PIXELS - 1e-9 else "")
                if g.passes(row, column) else "untested" if g.problem else "**fails**")
     where = f"{names.get(row, row)}" + (f", {labels.get(column, column)}" if column else "") + (
-        " (against its own random init)" if (row, column) in g.own_baselines else "")
+        " (against its own baselines)" if (row, column) in g.own_baselines else "")
     lines.append(f"| {where} | {', '.join(f'{100 * v:+.1f}' for v in raws)} | "
                  f"{', '.join(f'{100 * rnd:+.1f}' for _, rnd in m.values())} | {verdict} |")
   return lines
@@ -283,9 +378,16 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
     if not (baselines and e.key in baselines):
       w("\n")
     else:
-      # What a pretrained encoder must beat under this protocol (same labels, same probe budget).
+      # What a pretrained encoder must beat under this protocol (same labels, same probe budget):
+      # the table's, or each column's where a column changes them (its dataset, say).
+      per_column = column_baselines(table, cell_baselines or {}, e.key)
       for key, name in BASELINE_ROWS:
-        w(f"| *{name}* | {fmt(baselines[e.key][key])} |" + " |" * (len(table.columns) - 1) + "\n")
+        if per_column and len({v[key] for v in per_column.values()}) > 1:
+          w(f"| *{name}* | " + " | ".join(fmt(per_column.get(c.key, {}).get(key))
+                                          for c in table.columns) + " |\n")
+        else:
+          w(f"| *{name}* | {fmt(baselines[e.key][key])} |" + " |" * (len(table.columns) - 1) +
+            "\n")
       w("\n")
       w(f"{beats_raw_pixels(table, records, e.key, baselines[e.key]['raw_pixels'])}\n\n")
       margins = margins_over_raw_pixels(table, records, e.key, baselines[e.key]["raw_pixels"])
@@ -323,9 +425,21 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
   g = gate(table, records, baselines, cell_baselines)
   w("\n## Gate\n\n")
   w("\n".join(gate_lines(table, g)) + "\n")
-  w("\n## Checks\n\n")
-  for line in (table.checks(table, records, g) if table.checks else []):
-    w(f"- {line}\n")
+  if table.claims:
+    w("\n## The paper's claims\n\n")
+    w("Every comparison the paper makes about these rows, checked in every column it applies to, "
+      "at each evaluation it reads (the numbers: one per evaluation; a claim holds where it holds "
+      "at all of them).\n\n")
+    for line in claim_sources(table):
+      w(f"- {line}\n")
+    w("\n")
+    for line in claim_lines(table, records, g):
+      w(f"- {line}\n")
+  extra = table.checks(table, records, g) if table.checks else []
+  if extra or not table.claims:
+    w("\n## Checks\n\n")
+    for line in extra:
+      w(f"- {line}\n")
   if appendix:
     w(f"\n{appendix.rstrip()}\n")
   inv = timing.get("invocations", [])
@@ -333,6 +447,19 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
     f"({sum(timing.get('runs', {}).values()) / 60:.1f} min in training runs and their "
     f"evaluations).\n")
   return out.getvalue()
+
+
+def column_baselines(table: Table, cell_baselines: dict, evaluation_key: str) -> dict:
+  """{column: {"raw_pixels", "random_init"}} under one evaluation: each column's first federated
+  row's cell's baselines (the table's rows all share one encoder but for the rows that change it)."""
+  out = {}
+  for c in table.columns:
+    for row in table.rows:
+      b = cell_baselines.get((row.key, c.key), {}).get(evaluation_key)
+      if row.federated and b and "raw_pixels" in b:
+        out[c.key] = b
+        break
+  return out
 
 
 def _cell_text(rec) -> str:

@@ -111,6 +111,44 @@ class Row:
     return None
 
 
+# How a claim compares its rows (`Claim.relation`).
+RELATIONS = ("above", "at_least", "within")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+  """A comparison a paper makes about two of a table's rows, checked on our numbers in every column
+  it applies to (`table_report.claim_lines`): `better` is above `base` ("above"), at least it
+  ("at_least"), or within `within` points of it ("within").
+
+  source: where the paper makes it: its table, or the sentence quoted.
+  columns: the columns it is checked in (empty: every column where both rows have a cell; a row
+    without columns, e.g. a centralized one, is compared in each column of the other).
+  evaluations: the evaluations it reads, each must hold (empty: the gate's, the main probe at each
+    label seed).
+  label: what tells this claim from another between the same rows (e.g. "training seed 1").
+  """
+
+  better: str
+  base: str
+  source: str
+  relation: str = "above"
+  within: float = 0.0
+  columns: tuple[str, ...] = ()
+  evaluations: tuple[str, ...] = ()
+  label: str = ""
+
+  def __post_init__(self):
+    if self.relation not in RELATIONS:
+      raise ValueError(f"claim {self.better} vs {self.base}: relation {self.relation!r} is not one "
+                       f"of {RELATIONS}")
+    if (self.relation == "within") != (self.within > 0):
+      raise ValueError(f"claim {self.better} vs {self.base}: 'within' needs within > 0 points, and "
+                       f"only 'within' takes it")
+    if not self.source:
+      raise ValueError(f"claim {self.better} vs {self.base}: name its source in the paper")
+
+
 # What a table's first evaluation, its main probe, may be: the ordering checks and the gate read it.
 MAIN_PROBES = (evaluation.LinearProbeConfig, evaluation.TunedLinearProbeConfig)
 
@@ -194,6 +232,9 @@ class Table:
   # baselines of cells whose encoder is not the table's (e.g. FedFoA's heterogeneous clients, each
   # architecture at its own initialization), which the gate reads instead of the table's.
   cell_baselines: Callable[["Table", str], dict] | None = None
+  # The paper's comparisons of this table's rows, each with its source (`Claim`); the report checks
+  # every one of them in every column it applies to.
+  claims: tuple[Claim, ...] = ()
 
   def __post_init__(self):
     keys = [r.key for r in self.rows]
@@ -216,6 +257,15 @@ class Table:
     unknown = sorted(set(self.gate_evaluations) - {e.key for e in self.evaluations})
     if unknown:
       raise ValueError(f"table {self.name}: gate evaluation {unknown[0]!r} is not an evaluation")
+    evaluation_keys = {e.key for e in self.evaluations}
+    for c in self.claims:
+      stray = sorted({c.better, c.base} - set(keys))
+      stray_columns = sorted(set(c.columns) - {x.key for x in self.columns})
+      stray_evaluations = sorted(set(c.evaluations) - evaluation_keys)
+      if stray or stray_columns or stray_evaluations:
+        what = (f"row {stray[0]!r}" if stray else f"column {stray_columns[0]!r}" if stray_columns
+                else f"evaluation {stray_evaluations[0]!r}")
+        raise ValueError(f"table {self.name}: a claim names {what}, which the table does not have")
     first = self.evaluations[0].protocol
     if not isinstance(first, MAIN_PROBES):
       raise ValueError(f"table {self.name}: the first evaluation must be a linear probe (LARS or "
@@ -322,13 +372,22 @@ class Table:
       if r.select_with and r.select_with not in keys:
         raise ValueError(f"row {r.key!r} takes its learning rate from row {r.select_with!r}'s "
                          f"pilots; select {r.select_with!r} too")
+    # The claims between kept rows, in the kept columns (a claim whose columns are all left out
+    # goes too).
+    claims = []
+    for c in self.claims:
+      if c.better in keys and c.base in keys:
+        if c.columns and not set(c.columns) & column_keys:
+          continue
+        claims.append(dataclasses.replace(c, columns=tuple(k for k in c.columns
+                                                           if k in column_keys)))
     selection = self.selection_column
     if selection not in {c.key for c in kept_columns}:
       if any(len(r.learning_rates) > 1 and not r.select_with for r in kept_rows):
         raise ValueError(f"the learning-rate pilots run in column {selection!r}; select it too")
       selection = kept_columns[0].key  # No pilots: the selection column is not used.
     return dataclasses.replace(self, rows=kept_rows, columns=kept_columns,
-                               selection_column=selection)
+                               selection_column=selection, claims=tuple(claims))
 
   def with_settings(self, settings: Mapping[str, Any]) -> "Table":
     """The same grid with config fields changed in every run (a variant of the table, e.g. the

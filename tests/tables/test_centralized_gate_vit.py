@@ -1,6 +1,6 @@
 """The centralized ViT gate as data: MoCo v3's ViT recipe on every row, each row one lever on top of
 the row before, and each row whose encoder is not the first row's gated against its own random
-initialization (`reproduce.encoder_baselines`), computed once per architecture."""
+initialization (`reproduce.cell_baselines`), computed once per architecture."""
 
 import json
 import os
@@ -45,19 +45,21 @@ def test_other_encoders_get_their_own_random_init_once_per_architecture(tmp_path
   monkeypatch.setattr(reproduce.experiment, "load_splits",
                       lambda config: (synthetic("train", num_examples=8), synthetic("test", num_examples=8)))
   out = str(tmp_path)
-  own = reproduce.encoder_baselines(table, out, todo)
-  assert set(own) == {("mean", ""), ("mean_frozen", ""), ("mean_w192", ""), ("mean_d8", ""),
-                      ("mean_p4", "")}
+  own = reproduce.cell_baselines(table, out, todo)
+  assert set(own) == {(r.key, "") for r in table.rows}
   assert own[("mean", "")] == own[("mean_frozen", "")]  # Freezing does not change the initialization.
-  assert len(calls) == 8  # Four architectures, two gate seeds each.
+  frozen = [e for e in table.evaluations]  # Every evaluation is a frozen-feature one.
+  # Raw pixels once per evaluation; random init once per architecture (five) and evaluation.
+  assert len(calls) == len(frozen) * (1 + 5) and calls.count(0) == len(frozen)
   wide = own[("mean_w192", "")]
   assert wide["tuned_10_s1"]["random_init"] - wide["tuned_10_s0"]["random_init"] == pytest.approx(
       0.01)
   assert wide["tuned_10_s0"]["random_init"] > own[("mean", "")]["tuned_10_s0"]["random_init"]
-  stored = json.load(open(os.path.join(out, "random_init.json")))["encoders"]
-  assert len(stored) == 4
+  assert wide["tuned_10_s0"]["raw_pixels"] == own[("cls", "")]["tuned_10_s0"]["raw_pixels"]
+  stored = json.load(open(os.path.join(out, "random_init.json")))
+  assert len(stored["random_init"]) == 5 * len(frozen) and len(stored["raw_pixels"]) == len(frozen)
   # A second call reads them back.
-  assert reproduce.encoder_baselines(table, out, todo) == own and len(calls) == 8
+  assert reproduce.cell_baselines(table, out, todo) == own and len(calls) == 6 * len(frozen)
   # The gate reads a cell's own baseline: 0.9 is 20 points above the table's random init (0.7) but
   # not 10 above its own (0.85).
   records = [{"evaluation": k, "row": r, "column": "", "ours": 0.9}

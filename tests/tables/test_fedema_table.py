@@ -11,7 +11,7 @@ import pytest
 import tasks
 from tasks import fedema_table3
 from tests.tables import gates
-from tff_ssl import reproduce
+from tff_ssl import reproduce, table_report
 from tff_ssl.tables import TUNED_GATE
 from tests.tables import paper_smoke
 from tests.tables.mock_data import mock_cifar
@@ -71,26 +71,43 @@ def test_grid_is_the_papers(scale):
         "fashion_mnist_shifted", 2, fedema_table3.MINI_ROUNDS)
 
 
-def test_checks_are_the_papers_orderings_at_each_label_seed():
+def test_claims_are_the_papers_at_each_label_seed():
+  """FedEMA above every other row, FedU at least FedBYOL, FedBYOL above the contrastive rows,
+  FedSimSiam below the rest: each with its source, at both label seeds; a missing number makes its
+  claims untested, never silent."""
   table = fedema_table3.mini()
-  ours = {"fedsimsiam": (0.60, 0.61), "fedbyol": (0.70, 0.70), "fedu": (0.72, 0.69),
-          "fedema_lambda": (0.71, 0.70), "fedema_tau": (0.75, 0.74)}
-  records = [{"evaluation": k, "row": r, "column": "fashion_mnist", "ours": v[i]}
+  pairs = {(c.better, c.base, c.relation) for c in table.claims}
+  assert {("fedbyol", "fedsimclr", "above"), ("fedbyol", "fedmoco", "above"),
+          ("fedu", "fedbyol", "at_least")} <= pairs
+  assert {(ema, other, "above") for ema in ("fedema_tau", "fedema_lambda")
+          for other in ("fedu", "fedbyol", "fedsimclr", "fedmoco", "fedsimsiam")} <= pairs
+  assert {(other, "fedsimsiam", "above") for other in ("fedsimclr", "fedmoco", "fedbyol",
+                                                       "fedu")} <= pairs
+  assert all(c.source for c in table.claims)
+  ours = {"fedsimclr": (0.75, 0.75), "fedmoco": (0.76, 0.76), "fedsimsiam": (0.60, 0.61),
+          "fedbyol": (0.70, 0.70), "fedu": (0.72, 0.69), "fedema_lambda": (0.71, 0.70),
+          "fedema_tau": (0.77, 0.77)}
+  records = [{"evaluation": k, "row": r, "column": "fashion_mnist", "ours": v[i], "status": "ok"}
              for r, v in ours.items() for i, k in enumerate(TUNED_GATE)]
-  lines = table.checks(table, records, gates.passing(records, but=[("fedsimsiam", "fashion_mnist")]))
+  lines = table_report.claim_lines(
+      table, records, gates.passing(records, but=[("fedsimsiam", "fashion_mnist")]))
   group = "Fashion-MNIST (shifted) 2 of 10 classes"
-  assert lines == [
-      f"{group}: FedEMA (τ = 0.7) 75.0 / 74.0 is at least FedU 72.0 / 69.0 (+3.0 / +5.0 points) — "
-      "holds",
-      f"{group}: FedEMA (constant λ) 71.0 / 70.0 is at least FedU 72.0 / 69.0 (-1.0 / +1.0 points) — "
-      "**fails** at tuned_10_s0 (holds at tuned_10_s1)",
-      f"{group}: FedU 72.0 / 69.0 is at least FedBYOL 70.0 / 70.0 (+2.0 / -1.0 points) — **fails** at "
-      "tuned_10_s1 (holds at tuned_10_s0)",
-      f"{group}: FedBYOL 70.0 / 70.0 is at least FedSimSiam 60.0 / 61.0 (+10.0 / +9.0 points) — "
-      "untested: below the baselines (fedsimsiam: over raw pixels +5.0, +0.5, over random init "
-      "+20.0, +20.0 points)"]
-  # A seed missing from a row: no line for its orderings.
-  assert len(table.checks(table, records[:-1], gates.passing(records))) == 3
+  assert len(lines) == len(table.claims)
+  assert (f"[1] {group}: FedEMA (τ = 0.7) 77.0 / 77.0 is above FedU 72.0 / 69.0 (+5.0 / +8.0 "
+          "points) — holds") in lines
+  assert (f"[6] {group}: FedEMA (constant λ) 71.0 / 70.0 is above FedU 72.0 / 69.0 (-1.0 / +1.0 "
+          "points) — **fails** at tuned_10_s0 (holds at tuned_10_s1)") in lines
+  assert (f"[11] {group}: FedU 72.0 / 69.0 is at least FedBYOL 70.0 / 70.0 (+2.0 / -1.0 points) — "
+          "**fails** at tuned_10_s1 (holds at tuned_10_s0)") in lines
+  assert (f"[12] {group}: FedBYOL 70.0 / 70.0 is above FedSimCLR 75.0 / 75.0 (-5.0 / -5.0 "
+          "points) — **fails**") in lines
+  assert (f"[16] {group}: FedBYOL 70.0 / 70.0 is above FedSimSiam 60.0 / 61.0 (+10.0 / +9.0 "
+          "points) — untested: below the baselines (fedsimsiam: over raw pixels +5.0, +0.5, over "
+          "random init +20.0, +20.0 points)") in lines
+  # A seed missing from a row: its claims say so.
+  lines = table_report.claim_lines(table, records[:-1], gates.passing(records))
+  assert (f"[1] {group}: FedEMA (τ = 0.7) is above FedU — untested: FedEMA (τ = 0.7), {group} not "
+          "run yet") in lines
 
 
 def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path):

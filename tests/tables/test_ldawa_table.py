@@ -107,29 +107,44 @@ def test_paper_numbers_are_table_2():
   assert len(mini) == 3 * 8 * 2
 
 
-def test_checks_on_hand_made_numbers():
-  """The paper scale's checks read its one probe."""
+def test_claims_on_hand_made_numbers():
+  """The paper scale's claims read its one probe: L-DAWA above each baseline (FedAvg, Loss, FedU,
+  EUC), each L-DAWA_X above X; a column without numbers yet says so."""
   table = ldawa_table2.paper()
+  assert {(c.better, c.base) for c in table.claims} == {
+      ("ldawa", "fedavg"), ("ldawa", "loss"), ("ldawa", "fedu"), ("ldawa", "euc"),
+      ("ldawa_fedavg", "fedavg"), ("ldawa_loss", "loss"), ("ldawa_fedu", "fedu")}
   records = [{"evaluation": "linear_100", "row": row, "column": col, "ours": v, "status": "ok"}
              for (row, col), v in {("fedavg", "cifar10_simclr"): 0.70,
                                    ("ldawa", "cifar10_simclr"): 0.72,
                                    ("ldawa_fedavg", "cifar10_simclr"): 0.69,
-                                   ("loss", "cifar10_simclr"): 0.60,
-                                   ("ldawa_loss", "cifar10_simclr"): 0.61,
+                                   ("loss", "cifar10_simclr"): 0.74,
+                                   ("ldawa_loss", "cifar10_simclr"): 0.75,
                                    ("fedu", "cifar10_simclr"): 0.66,
+                                   ("euc", "cifar10_simclr"): 0.60,
                                    ("ldawa_fedu", "cifar10_simclr"): 0.66,
                                    ("fedavg", "cifar10_barlow_twins"): 0.65}.items()]
-  lines = table.checks(table, records, gates.passing(records))
-  assert lines[0] == "CIFAR-10 SimCLR: L-DAWA 72.0 beats FedAvg 70.0 (+2.0 points) — holds"
-  assert lines[1].startswith("CIFAR-10 SimCLR: L-DAWA_FedAvg 69.0 beats FedAvg")
-  assert lines[1].endswith("— **fails**")
-  assert lines[2].endswith("(+1.0 points) — holds")
-  assert lines[3] == "CIFAR-10 SimCLR: L-DAWA_FedU 66.0 beats FedU 66.0 (+0.0 points) — **fails**"
-  assert len(lines) == 4  # Barlow Twins has no L-DAWA result yet.
+  gate = table_report.Gate(("linear_100",), {(r["row"], r["column"]): {"linear_100": (0.05, 0.2)}
+                                              for r in records})
+  lines = table_report.claim_lines(table, records, gate)
+  simclr = [l for l in lines if "CIFAR-10 SimCLR:" in l]
+  assert simclr == [
+      "[1] CIFAR-10 SimCLR: L-DAWA 72.0 is above FedAvg 70.0 (+2.0 points) — holds",
+      "[2] CIFAR-10 SimCLR: L-DAWA 72.0 is above Loss 74.0 (-2.0 points) — **fails**",
+      "[3] CIFAR-10 SimCLR: L-DAWA 72.0 is above FedU 66.0 (+6.0 points) — holds",
+      "[4] CIFAR-10 SimCLR: L-DAWA 72.0 is above EUC (FedLAMA) 60.0 (+12.0 points) — holds",
+      "[5] CIFAR-10 SimCLR: L-DAWA_FedAvg 69.0 is above FedAvg 70.0 (-1.0 points) — **fails**",
+      "[6] CIFAR-10 SimCLR: L-DAWA_Loss 75.0 is above Loss 74.0 (+1.0 points) — holds",
+      "[7] CIFAR-10 SimCLR: L-DAWA_FedU 66.0 is above FedU 66.0 (+0.0 points) — **fails**"]
+  assert ("[1] CIFAR-10 Barlow Twins: L-DAWA is above FedAvg — untested: L-DAWA, CIFAR-10 Barlow "
+          "Twins not run yet") in lines
+  assert len(lines) == 7 * len(table.columns)  # Every claim in every column: none vanishes.
 
 
-def test_mini_checks_read_both_label_seeds_and_name_a_failed_run():
+def test_mini_claims_read_both_label_seeds_and_name_a_failed_run():
   table = ldawa_table2.mini()
+  assert {("ldawa_s1", "fedavg_s1"), ("ldawa_fedavg_s1", "fedavg_s1"),
+          ("ldawa_warmup", "fedavg")} <= {(c.better, c.base) for c in table.claims}
   values = {("fedavg", "simclr"): (0.80, 0.81), ("ldawa", "simclr"): (0.82, 0.80),
             ("fedavg_s1", "simclr"): (0.79, 0.79), ("ldawa_s1", "simclr"): (0.80, 0.81),
             ("fedavg", "barlow_twins"): (0.75, 0.76)}
@@ -137,16 +152,15 @@ def test_mini_checks_read_both_label_seeds_and_name_a_failed_run():
              for (row, col), v in values.items()
              for i, e in enumerate(("tuned_10_s0", "tuned_10_s1"))]
   records += [{"evaluation": e, "row": "ldawa", "column": "barlow_twins", "ours": None,
-               "status": "FAILED: round 3: loss became nan"} for e in ("tuned_10_s0",
-                                                                      "tuned_10_s1")]
-  lines = table.checks(table, records, gates.passing(records))
-  assert lines[0] == ("Fashion-MNIST (shifted) SimCLR: L-DAWA 82.0 / 80.0 is above FedAvg 80.0 / "
-                      "81.0 (+2.0 / -1.0 points) — **fails** at tuned_10_s1 (holds at tuned_10_s0)")
-  assert lines[1] == ("Fashion-MNIST (shifted) SimCLR: L-DAWA, seed 1 80.0 / 81.0 is above FedAvg, "
-                      "seed 1 79.0 / 79.0 (+1.0 / +2.0 points) — holds")
-  assert lines[2] == ("Fashion-MNIST (shifted) Barlow Twins: L-DAWA beats FedAvg — untested: below "
-                      "the baselines (ldawa: FAILED: round 3: loss became nan)")
-  assert len(lines) == 3
+               "status": "FAILED: round 3: loss became nan; lower --server_learning_rate"}
+              for e in ("tuned_10_s0", "tuned_10_s1")]
+  lines = table_report.claim_lines(table, records, gates.passing(records))
+  assert ("[1] Fashion-MNIST (shifted) SimCLR: L-DAWA 82.0 / 80.0 is above FedAvg 80.0 / 81.0 "
+          "(+2.0 / -1.0 points) — **fails** at tuned_10_s1 (holds at tuned_10_s0)") in lines
+  assert ("[8] Fashion-MNIST (shifted) SimCLR: L-DAWA, seed 1 80.0 / 81.0 is above FedAvg, seed 1 "
+          "79.0 / 79.0 (+1.0 / +2.0 points) — holds") in lines
+  assert ("[1] Fashion-MNIST (shifted) Barlow Twins: L-DAWA is above FedAvg — untested: L-DAWA, "
+          "Fashion-MNIST (shifted) Barlow Twins failed (round 3: loss became nan)") in lines
 
 
 def test_divergence_appendix_reads_each_cells_aggregation_csv(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 import tasks
 from tasks import lwfedssl_table
 from tests.tables import gates
-from tff_ssl import experiment, reproduce
+from tff_ssl import experiment, reproduce, table_report
 from tff_ssl.benchmarks import layerwise_cost
 from tff_ssl import runner
 from tff_ssl.methods import layerwise
@@ -73,28 +73,33 @@ def test_grid_is_the_papers(scale):
   assert table.paper[("linear_100", "prog_fedssl", table.columns[0].key)] == 65.76
 
 
-def test_checks_are_the_papers_claims():
-  """LW-FedSSL within 3.3 points of FedMoCo, both above FedMoCo-LW, Prog-FedSSL above both: at each
-  label seed of the tuned probe, where both rows pass the gate."""
+def test_claims_are_the_papers():
+  """LW-FedSSL within 3.3 points of FedMoCo, both above FedMoCo-LW, Prog-FedSSL above all others: at
+  each label seed of the tuned probe, where both rows pass the gate."""
   table = lwfedssl_table.mini()
   column = table.columns[0].key
   ours = {"fedmoco": (0.70, 0.71), "fedmoco_lw": (0.60, 0.61), "fll_dd": (0.605, 0.6),
           "prog_fedssl": (0.69, 0.72), "lw_fedssl": (0.66, 0.68)}
   records = [{"evaluation": e, "row": r, "column": column, "ours": v[i]}
              for r, v in ours.items() for i, e in enumerate(("tuned_10_s0", "tuned_10_s1"))]
-  assert table.checks(table, records, gates.passing(records)) == [
+  lines = [l.split(": ", 1)[1] for l in table_report.claim_lines(table, records,
+                                                                 gates.passing(records))]
+  assert lines == [
       "FedMoCo 70.0 / 71.0 is above FedMoCo-LW 60.0 / 61.0 (+10.0 / +10.0 points) — holds",
       "LW-FedSSL 66.0 / 68.0 is above FedMoCo-LW 60.0 / 61.0 (+6.0 / +7.0 points) — holds",
       "LW-FedSSL 66.0 / 68.0 is within 3.3 points of FedMoCo 70.0 / 71.0 (-4.0 / -3.0 points) — "
       "**fails** at tuned_10_s0 (holds at tuned_10_s1)",
       "Prog-FedSSL 69.0 / 72.0 is above FedMoCo 70.0 / 71.0 (-1.0 / +1.0 points) — **fails** at "
       "tuned_10_s0 (holds at tuned_10_s1)",
-      "Prog-FedSSL 69.0 / 72.0 is above LW-FedSSL 66.0 / 68.0 (+3.0 / +4.0 points) — holds"]
+      "Prog-FedSSL 69.0 / 72.0 is above LW-FedSSL 66.0 / 68.0 (+3.0 / +4.0 points) — holds",
+      "Prog-FedSSL 69.0 / 72.0 is above FedMoCo-LW 60.0 / 61.0 (+9.0 / +11.0 points) — holds",
+      "Prog-FedSSL 69.0 / 72.0 is above FLL + DD 60.5 / 60.0 (+8.5 / +12.0 points) — holds"]
   # Below the baselines, an ordering is not tested.
-  lines = table.checks(table, records, gates.passing(records, but=[("fedmoco_lw", column)]))
-  assert lines[0] == ("FedMoCo 70.0 / 71.0 is above FedMoCo-LW 60.0 / 61.0 (+10.0 / +10.0 points) — "
-                      "untested: below the baselines (fedmoco_lw: over raw pixels +5.0, +0.5, over "
-                      "random init +20.0, +20.0 points)")
+  lines = table_report.claim_lines(table, records,
+                                   gates.passing(records, but=[("fedmoco_lw", column)]))
+  assert lines[0].endswith("FedMoCo 70.0 / 71.0 is above FedMoCo-LW 60.0 / 61.0 (+10.0 / +10.0 "
+                           "points) — untested: below the baselines (fedmoco_lw: over raw pixels "
+                           "+5.0, +0.5, over random init +20.0, +20.0 points)")
   assert lines[4].endswith("holds")
 
 

@@ -11,7 +11,7 @@ import pytest
 import tasks
 from tasks import privacy_table
 from tests.tables import gates
-from tff_ssl import privacy, reproduce
+from tff_ssl import privacy, reproduce, table_report
 from tff_ssl.privacy import accounting
 
 
@@ -75,6 +75,9 @@ def test_checks_and_appendix(tmp_path):
               "ours": cells[(r, c)] + (0.005 if k.endswith("s1") else -0.005)}
              for (r, c) in cells for k in ("tuned_10_s0", "tuned_10_s1")]
   lines = privacy_table.checks(table, records, gates.passing(records))
-  assert any("ε = 8: DCCO above Contrastive + FedAvg" in l and "holds" in l for l in lines)
+  claims = table_report.claim_lines(table, records, gates.passing(records))
+  assert len(claims) == len(table.columns)  # DCCO above Contrastive + FedAvg at each epsilon.
+  assert any(l.startswith("[1] ε = 8: DCCO") and "is above Contrastive + FedAvg" in l and
+             l.endswith("holds") for l in claims), claims
   assert any(l.startswith("DCCO at ε = 2: 50.0 / 51.0 (-20.0 / -20.0 points") for l in lines), lines
   np.testing.assert_allclose(sorted(cells.values())[0], 0.455)

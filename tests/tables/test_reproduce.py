@@ -156,3 +156,59 @@ def test_curve_reads_periodic_probes(tmp_path):
   # A centralized run's metrics.csv (step, loss, linear_probe_accuracy) reads the same way.
   xs, _ = table_report.curve(str(tmp_path / "missing"), {"failed": "nan"}, 5, 0.3)
   assert list(xs) == [0]
+
+
+def test_baselines_are_keyed_by_what_changes_them(tmp_path, monkeypatch):
+  """A grid whose second column trains on another dataset (other images, another size) is gated
+  against that dataset's raw pixels and random init, not the first's; a folder's baselines of the
+  older layout (keyed by evaluation alone: they could be another dataset's) are measured again."""
+  from tff_ssl.data import synthetic  # pylint: disable=g-import-not-at-top
+  base = ExperimentConfig(method="dcco", dataset="synthetic", encoder="resnet14", width=0.25,
+                          stem_stride=2, projector=(16, 16, 16), rounds=2, seed=0)
+  columns = (tables.Column("a", "", 100, 1, 4, 0.0, title="synthetic"),
+             tables.Column("b", "", 100, 1, 4, 0.0, overrides=(("dataset", "cifar10"),),
+                           title="CIFAR-10"))
+  table = tables.Table(name="two", scale="test", title="Two datasets",
+                       rows=(tables.Row("dcco", "DCCO", base),), columns=columns,
+                       evaluations=tables.TUNED_10_TWO_SEEDS, paper={}, curve_every=0,
+                       selection_column="a", supervised_epochs=0,
+                       gate_evaluations=tables.TUNED_GATE)
+  small = lambda split, **kw: synthetic(split, num_examples=8, **kw)  # noqa: E731
+  splits = {"synthetic": (small("train"), small("test")),
+            "cifar10": tuple(dataclasses.replace(small(s, image_size=16, channels=3),
+                                                 name="cifar10") for s in ("train", "test"))}
+  # Raw pixels: 90% on the first dataset, 30% on the second; random init: 50%, 20%.
+  def fake_evaluate(encoder, train, test, protocol):
+    del test, protocol
+    raw = encoder.name == "raw_pixels"
+    return {("synthetic", True): 0.90, ("cifar10", True): 0.30, ("synthetic", False): 0.50,
+            ("cifar10", False): 0.20}[(train.name, raw)]
+  accuracy = {"a": 0.92, "b": 0.45}
+
+  def fake_run(config, run_dir, **kwargs):
+    del kwargs
+    a = accuracy[os.path.basename(run_dir)]
+    return {"linear_probe_accuracy_pretrained": a, "evaluations": {k: a for k in tables.TUNED_GATE}}
+
+  monkeypatch.setattr(reproduce.evaluation, "evaluate", fake_evaluate)
+  monkeypatch.setattr(reproduce.experiment, "load_splits", lambda config: splits[config.dataset])
+  monkeypatch.setattr(reproduce.experiment, "run", fake_run)
+  out = str(tmp_path / "two")
+  os.makedirs(out)
+  with open(os.path.join(out, "random_init.json"), "w") as f:  # Stale: the first dataset's.
+    json.dump({"baselines": {k: {"raw_pixels": 0.90, "random_init": 0.50}
+                             for k in tables.TUNED_GATE}}, f)
+  logged = []
+  result = reproduce.reproduce(table, out, progress=False, log=logged.append)
+  md = open(result["table_md"]).read()
+  assert "| DCCO, CIFAR-10 (against its own baselines) | +15.0, +15.0 | +25.0, +25.0 | passes" in md
+  assert "| DCCO, synthetic | +2.0, +2.0 | +42.0, +42.0 | passes |" in md
+  # The baseline rows show each column's own.
+  assert "| *Raw pixels* | 90.0 | 30.0 |" in md
+  assert any("older layout" in line for line in logged)
+  stored = json.load(open(os.path.join(out, "random_init.json")))
+  assert stored["version"] == reproduce.BASELINES_VERSION
+  assert sorted(stored["raw_pixels"].values()) == [0.30, 0.30, 0.90, 0.90]
+  keys = list(stored["raw_pixels"])
+  assert any(k.startswith("cifar10 16x16x3 | ") for k in keys)
+  assert any(k.startswith("synthetic 28x28x1 | ") for k in keys)

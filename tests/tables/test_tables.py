@@ -15,8 +15,8 @@ from tff_ssl import evaluation, reproduce, table_report, tables
 @pytest.mark.parametrize("scale", ["mini", "paper"])
 def test_grid_matches_the_paper(scale):
   table = tasks.get_table("dcco_table1", scale)
-  assert [r.key for r in table.rows] == ["fedavg_cco", "fedavg_simclr", "dcco", "centralized_cco",
-                                        "centralized_simclr", "supervised"]
+  paper_rows = ["fedavg_cco", "fedavg_simclr", "dcco", "centralized_cco", "centralized_simclr",
+                "supervised"]
   assert [c.key for c in table.columns] == ["noniid_1", "noniid_4", "noniid_8", "noniid_16",
                                            "iid_4", "iid_8", "iid_16"]
   # A fixed global batch; every column covers the whole training split.
@@ -26,16 +26,82 @@ def test_grid_matches_the_paper(scale):
   assert {c.num_clients * c.samples_per_client for c in table.columns} == {images}
   assert {c.alpha for c in table.columns if c.group == "non-IID"} == {0.0}
   assert {c.alpha for c in table.columns if c.group == "IID"} == {1000.0}
-  assert [e.key for e in table.evaluations] == ["linear_10", "finetune_10", "linear_1"]
   todo, skipped = reproduce.cells(table)
   # Within-client losses with one sample per client are not run (the paper's "–").
-  assert set(skipped) == {("fedavg_cco", "noniid_1"), ("fedavg_simclr", "noniid_1")}
-  assert len(todo) == 6 + 6 + 7 + 1 + 1 + 2
+  within = {k for k, why in skipped.items() if why == tables.WITHIN_CLIENT_NEEDS_TWO}
   # Every cell is a valid run; the same learning-rate candidates for every pretraining row.
   for cell in todo:
     if not cell.row.supervised:
       table.cell_config(cell.row, cell.column)
-  assert {r.learning_rates for r in table.rows if not r.supervised} == {(5e-3, 1e-3)}
+  candidates = {r.learning_rates for r in table.rows if not r.supervised}
+  if scale == "paper":
+    assert [r.key for r in table.rows] == paper_rows
+    assert [e.key for e in table.evaluations] == ["linear_10", "finetune_10", "linear_1"]
+    assert within == set(skipped) == {("fedavg_cco", "noniid_1"), ("fedavg_simclr", "noniid_1")}
+    assert len(todo) == 6 + 6 + 7 + 1 + 1 + 2
+    assert candidates == {(5e-3, 1e-3)}
+    return
+  # Mini: the paper's rows, DCCO-VICReg beside its centralized row, and the non-IID columns of the
+  # three federated rows again at training seed 1.
+  seed1 = ["fedavg_cco_seed1", "fedavg_simclr_seed1", "dcco_seed1"]
+  assert [r.key for r in table.rows] == (paper_rows[:3] + ["dcco_vicreg"] + paper_rows[3:5] +
+                                         ["centralized_vicreg", "supervised"] + seed1)
+  assert [e.key for e in table.evaluations] == ["tuned_10_s0", "tuned_10_s1", "tuned_1_s0",
+                                               "tuned_1_s1"]
+  assert table.gate_keys == ("tuned_10_s0", "tuned_10_s1")
+  assert within == {(k, "noniid_1") for k in ("fedavg_cco", "fedavg_simclr", "fedavg_cco_seed1",
+                                              "fedavg_simclr_seed1")}
+  assert {(r, c) for r, c in set(skipped) - within} == {
+      (r, c) for r in seed1 for c in ("iid_4", "iid_8", "iid_16")}
+  # 4 x 7 federated cells less two, 3 centralized, the supervised row on 2 fractions x 2 label
+  # seeds, 3 + 3 + 4 seed-1 cells.
+  assert len(todo) == 26 + 3 + 4 + 10
+  assert {c.path for c in todo if c.row.supervised} == {
+      "cells/supervised/labels_0.1", "cells/supervised/labels_0.1_seed1",
+      "cells/supervised/labels_0.01", "cells/supervised/labels_0.01_seed1"}
+  assert candidates == {dcco_table1.MINI_LEARNING_RATES}
+  for row in table.rows:
+    if row.supervised:
+      continue
+    config = table.cell_config(row, table.columns[0] if row.federated else None)
+    assert config.dataset == "fashion_mnist_shifted", row.key
+    assert (config.rounds if row.federated else config.steps) >= 1000, row.key
+    assert config.seed == (1 if row.key in seed1 else 0), row.key
+  # Every row's rate comes from pilots of the same grid and budget: its own, or its federated
+  # counterpart's (the centralized rows, the seed-1 rows).
+  assert [r.key for r in table.piloted_rows] == ["fedavg_cco", "fedavg_simclr", "dcco",
+                                                 "dcco_vicreg"]
+  assert {r.key: r.select_with for r in table.rows if r.select_with} == {
+      "centralized_cco": "dcco", "centralized_simclr": "fedavg_simclr",
+      "centralized_vicreg": "dcco_vicreg", "fedavg_cco_seed1": "fedavg_cco",
+      "fedavg_simclr_seed1": "fedavg_simclr", "dcco_seed1": "dcco"}
+  # The supervised row's label seed 1 trains on that subset.
+  sup = table.supervised_config(table.row("supervised"), 0.01, 60_000, label_seed=1)
+  assert (sup.seed, sup.eval_label_fraction) == (1, 0.01)
+
+
+def test_mini_claims_are_the_papers_at_every_column():
+  """DCCO above both FedAvg rows, near centralized CCO and above supervised, at both label fractions
+  and both training seeds; DCCO-VICReg near centralized VICReg; each claim in every column where its
+  rows have cells."""
+  table = dcco_table1.mini()
+  pairs = {(c.better, c.base, c.relation, c.evaluations) for c in table.claims}
+  one = ("tuned_1_s0", "tuned_1_s1")
+  for keys in ((), one):
+    for dcco, cco, simclr in (("dcco", "fedavg_cco", "fedavg_simclr"),
+                              ("dcco_seed1", "fedavg_cco_seed1", "fedavg_simclr_seed1")):
+      assert {(dcco, cco, "above", keys), (dcco, simclr, "above", keys),
+              (dcco, "centralized_cco", "within", keys), (dcco, "supervised", "above", keys)} <= pairs
+    assert ("dcco_vicreg", "centralized_vicreg", "within", keys) in pairs
+  assert len(pairs) == len(table.claims) == 18
+  by = {(c.better, c.base, c.evaluations): c for c in table.claims}
+  cols = lambda b, a: table_report.claim_columns(table, by[(b, a, ())])  # noqa: E731
+  assert cols("dcco", "fedavg_cco") == ["noniid_4", "noniid_8", "noniid_16", "iid_4", "iid_8",
+                                        "iid_16"]
+  assert cols("dcco", "centralized_cco") == [c.key for c in table.columns]
+  assert cols("dcco_seed1", "centralized_cco") == ["noniid_1", "noniid_4", "noniid_8", "noniid_16"]
+  assert cols("dcco_seed1", "fedavg_simclr_seed1") == ["noniid_4", "noniid_8", "noniid_16"]
+  assert all(c.source for c in table.claims)
 
 
 def test_paper_scale_is_appendix_b():
@@ -89,67 +155,90 @@ def test_a_row_may_probe_its_curve_less_often():
 
 
 def test_report_of_hand_made_results(tmp_path):
-  """table.md / table.csv / checks from results written by hand (no training)."""
+  """table.md / table.csv / the claims from results written by hand (no training): a claim holds,
+  fails, is untested below the gate, and a failed or missing cell makes it untested with the reason
+  (it never vanishes)."""
   table = dcco_table1.mini()
   todo, skipped = reproduce.cells(table)
   results = {}
-  acc = {"fedavg_cco": 0.60, "fedavg_simclr": 0.62, "dcco": 0.70, "centralized_cco": 0.72,
-         "centralized_simclr": 0.74}
+  acc = {"fedavg_cco": 0.60, "fedavg_simclr": 0.62, "dcco": 0.70, "dcco_vicreg": 0.74,
+         "centralized_cco": 0.72, "centralized_simclr": 0.74, "centralized_vicreg": 0.76,
+         "fedavg_cco_seed1": 0.61, "fedavg_simclr_seed1": 0.63}
   for cell in todo:
     if cell.row.supervised:
       results[cell.path] = {"supervised_accuracy": 0.5 if cell.label_fraction == 0.1 else 0.3}
     elif cell.row.key == "fedavg_cco" and cell.column.key == "noniid_4":
       results[cell.path] = {"failed": "round 7: loss became nan; lower --server_learning_rate"}
+    elif cell.row.key == "dcco_seed1":
+      continue  # Not run yet.
     else:
       # DCCO loses to FedAvg in the non-IID 8 column, to exercise the failing check.
       a = 0.55 if (cell.row.key == "dcco" and cell.column.key == "noniid_8") else acc[cell.row.key]
-      results[cell.path] = {"linear_probe_accuracy_pretrained": a,
-                            "evaluations": {"finetune_10": a + 0.05, "linear_1": a - 0.2}}
+      results[cell.path] = {"linear_probe_accuracy_pretrained": a - 0.01, "evaluations": {
+          "tuned_10_s0": a, "tuned_10_s1": a + 0.001, "tuned_1_s0": a - 0.2,
+          "tuned_1_s1": a - 0.2}}
   choices = {"dcco": {"learning_rate": 1e-3, "field": "server_learning_rate",
                       "validation_linear_probe": {"0.005": 0.66, "0.001": 0.68},
-                      "pilot_length": 50, "column": "noniid_16", "validation_fraction": 0.1}}
+                      "pilot_length": 250, "column": "noniid_16", "validation_fraction": 0.1}}
   choices["centralized_cco"] = {**choices["dcco"], "field": "learning_rate", "selected_with": "dcco"}
   choices["fedavg_simclr"] = {**choices["dcco"], "learning_rate": 5e-3}
   choices["centralized_simclr"] = {**choices["fedavg_simclr"], "field": "learning_rate",
                                    "selected_with": "fedavg_simclr"}
+  baselines = {k: {"raw_pixels": 0.50, "random_init": 0.30} for k in
+               ("tuned_10_s0", "tuned_10_s1", "tuned_1_s0", "tuned_1_s1")}
   out = table_report.write(table, str(tmp_path), todo, skipped, results, choices, 0.45,
-                           {"runs": {"cells/dcco/noniid_1": 600.0}, "invocations": [700.0, 20.0]})
+                           {"runs": {"cells/dcco/noniid_1": 600.0}, "invocations": [700.0, 20.0]},
+                           baselines)
   rows = list(csv.DictReader(open(out["table_csv"])))
   by = {(r["evaluation"], r["row"], r["column"]): r for r in rows}
-  assert len(rows) == 3 * (7 + 7 + 7 + 1 + 1 + 1)
-  assert by[("linear_10", "dcco", "noniid_1")]["ours"] == "70.00"
-  assert by[("linear_10", "dcco", "noniid_1")]["paper"] == "51.7"
-  assert by[("finetune_10", "dcco", "iid_4")]["ours"] == "75.00"
-  assert by[("linear_1", "supervised", "")]["ours"] == "30.00"
-  assert by[("linear_10", "supervised", "")]["ours"] == "50.00"
-  assert by[("linear_10", "dcco", "iid_4")]["learning_rate"] == "0.001"
-  assert by[("linear_10", "fedavg_cco", "noniid_4")]["status"].startswith("FAILED: round 7")
-  assert by[("linear_10", "fedavg_simclr", "noniid_1")]["status"].startswith("not run: within")
+  assert len(rows) == 4 * (7 * 4 + 3 + 1 + 7 * 3) + 4 * 2  # + the two baselines per evaluation.
+  assert by[("tuned_10_s0", "dcco", "noniid_1")]["ours"] == "70.00"
+  assert by[("tuned_10_s1", "dcco", "noniid_1")]["paper"] == "51.7"  # Linear, 10% labels.
+  assert by[("tuned_1_s0", "dcco", "iid_8")]["paper"] == "33.5"
+  assert by[("tuned_1_s1", "supervised", "")]["ours"] == "30.00"
+  assert by[("tuned_10_s0", "dcco", "iid_4")]["learning_rate"] == "0.001"
+  assert by[("tuned_10_s0", "fedavg_cco", "noniid_4")]["status"].startswith("FAILED: round 7")
+  assert by[("tuned_10_s0", "fedavg_simclr", "noniid_1")]["status"].startswith("not run: within")
   md = open(out["table_md"]).read()
   assert "| DCCO | **70.0** (51.7) | **70.0** (49.6) | **55.0** (48.1) |" in md
   assert "| CCO + FedAvg | — | **failed** (FAILED) | **60.0** (28.7) |" in md
   assert "server_learning_rate = 0.001" in md and "0.005: 66.0, 0.001: 68.0" in md
   assert "| Centralized CCO | learning_rate = 0.001 | DCCO's choice (0.005: 66.0" in md
-  assert "| Centralized contrastive | **74.0** |" in md
-  assert ("| Centralized contrastive | learning_rate = 0.005 | Contrastive + FedAvg's choice"
-          in md)
-  records = table_report.collect(table, todo, skipped, results)
-  lines = table.checks(table, records, gates.passing(records))
-  assert "non-IID 60,000 / 1 / 128: centralized CCO − DCCO = +2.0 points, within 3 — holds" in lines
-  assert ("non-IID 15,000 / 4 / 32: DCCO 70.0 beats every FedAvg variant (CCO + FedAvg failed, "
-          "Contrastive + FedAvg 62.0) — holds") in lines
-  assert any("7,500 / 8 / 16" in l and l.endswith("**fails**") for l in lines)
-  # Written without baselines, the table can test nothing: every check says so.
-  assert "No cell can pass: no baselines for linear_10; every ordering is untested" in md
-  assert "DCCO 70.0 beats every FedAvg variant (CCO + FedAvg failed, Contrastive + FedAvg 62.0) — " \
-         "untested: below the baselines (dcco: no baselines for linear_10)" in md
+  lines = [l[2:] for l in md.splitlines() if l.startswith("- [") and " — " in l]
+  assert ("[1] non-IID 15,000 / 4 / 32: DCCO is above CCO + FedAvg — untested: CCO + FedAvg, "
+          "non-IID 15,000 / 4 / 32 failed (round 7: loss became nan)") in lines
+  assert ("[1] non-IID 3,750 / 16 / 8: DCCO 70.0 / 70.1 is above CCO + FedAvg 60.0 / 60.1 "
+          "(+10.0 / +10.0 points) — holds") in lines
+  assert any(l.startswith("[2] non-IID 7,500 / 8 / 16: DCCO 55.0 / 55.1 is above") and
+             l.endswith("**fails**") for l in lines)
+  assert ("[3] non-IID 60,000 / 1 / 128: DCCO 70.0 / 70.1 is within 3 points of Centralized CCO "
+          "72.0 / 72.1 (-2.0 / -2.0 points) — holds") in lines
+  assert ("[4] non-IID 60,000 / 1 / 128: DCCO 70.0 / 70.1 is above Supervised from scratch "
+          "50.0 / 50.0 (+20.0 / +20.1 points) — holds") in lines
+  # At 1% of the labels DCCO (50.0) is below the gate's numbers but the gate reads 10%: it holds.
+  assert any(l.startswith("[9] non-IID 3,750 / 16 / 8, 1% labels: DCCO 50.0 / 50.0 is above")
+             for l in lines)
+  assert ("[7] non-IID 60,000 / 1 / 128: DCCO, training seed 1 is within 3 points of Centralized "
+          "CCO — untested: DCCO, training seed 1, non-IID 60,000 / 1 / 128 not run yet") in lines
+  # Every claim at every column it applies to: none vanishes.
+  expected = sum(len(table_report.claim_columns(table, c)) for c in table.claims)
+  assert len(lines) == expected == 2 * ((6 + 6 + 7 + 7) + (3 + 3 + 4 + 4) + 7)
+  assert "(a) Sec. 4.1 on Table 1" in md and "(b) footnote 3" in md
   assert os.path.getsize(out["curves_png"]) > 1000
   assert "Run time: 12.0 min over 2 invocation(s)" in md
+  # Written without baselines, the table can test nothing: every claim says so.
+  bare = table_report.write(table, str(tmp_path), todo, skipped, results, choices, 0.45,
+                            {"runs": {}, "invocations": []})
+  md = open(bare["table_md"]).read()
+  assert "No cell can pass: no baselines for tuned_10_s0; every ordering is untested" in md
+  assert ("DCCO 70.0 / 70.1 is above CCO + FedAvg 60.0 / 60.1 (+10.0 / +10.0 points) — untested: "
+          "below the baselines (dcco: no baselines for tuned_10_s0)") in md
 
 
 def test_select_with_must_name_a_piloted_row_of_the_same_candidates():
   table = dcco_table1.mini()
-  assert [r.key for r in table.piloted_rows] == ["fedavg_cco", "fedavg_simclr", "dcco"]
+  assert [r.key for r in table.piloted_rows] == ["fedavg_cco", "fedavg_simclr", "dcco",
+                                                 "dcco_vicreg"]
   central = table.row("centralized_cco")
   assert central.select_with == "dcco"
   for bad in (dataclasses.replace(central, select_with="nope"),
@@ -244,7 +333,8 @@ def test_a_set_learning_rate_replaces_the_pilots():
     table.variant(["dcco"], ["noniid_1"], {"seed": 1})
   # The centralized rows' field fixes them alone: the federated rows still run pilots.
   v = table.variant(settings={"learning_rate": 0.002})
-  assert [r.key for r in v.chosen_rows] == ["fedavg_cco", "fedavg_simclr", "dcco"]
+  assert [r.key for r in v.chosen_rows] == ["fedavg_cco", "fedavg_simclr", "dcco", "dcco_vicreg",
+                                            "fedavg_cco_seed1", "fedavg_simclr_seed1", "dcco_seed1"]
   assert v.cell_config(v.row("centralized_simclr"), None).learning_rate == 0.002
   assert table.variant() == table
 
@@ -255,11 +345,11 @@ def test_mini_regime_study_changes_one_thing_per_row():
   assert all(r.method.kind == "centralized" for r in table.rows)
   todo, skipped = reproduce.cells(table)
   assert len(todo) == len(table.rows) and not skipped
-  # The DCCO mini table's centralized rows are the regime the study chose, at its probe.
+  # The DCCO mini table's centralized rows are the regime the study chose (on the shifted testbed,
+  # for the centralized gate's 1,000 steps).
   dcco_mini = dcco_table1.mini()
-  fields = ("encoder", "width", "stem_stride", "pool_grid", "projector", "cco_lambda", "steps",
-            "batch_size", "optimizer", "learning_rate", "crop_min_scale", "blur", "temperature",
-            "eval_label_fraction", "eval_steps", "eval_learning_rate")
+  fields = ("encoder", "width", "stem_stride", "pool_grid", "projector", "cco_lambda",
+            "batch_size", "optimizer", "learning_rate", "crop_min_scale", "blur", "temperature")
   for row, chosen in (("centralized_cco", "cco_grid2_lambda2_crop50_3000"),
                       ("centralized_simclr", "simclr_grid2_crop50_3000")):
     central = dcco_mini.cell_config(dcco_mini.row(row), None, 5e-3)
@@ -283,7 +373,7 @@ def test_gate_on_hand_made_numbers():
       dcco_table1.mini(), evaluations=(
           tables.Evaluation("s0", "tuned, seed 0", evaluation.TunedLinearProbeConfig(seed=0)),
           tables.Evaluation("s1", "tuned, seed 1", evaluation.TunedLinearProbeConfig(seed=1))),
-      gate_evaluations=("s0", "s1"))
+      gate_evaluations=("s0", "s1"), claims=())
   baselines = {"s0": {"raw_pixels": 0.80, "random_init": 0.60},
                "s1": {"raw_pixels": 0.82, "random_init": 0.61}}
   ours = {("dcco", "noniid_1"): (0.84, 0.86),  # +4, +4: passes, goal met.
