@@ -1,6 +1,6 @@
 """curves.png of a reproduced table: for each column a pair of panels, each cell's training loss per
-round (centralized rows: per step, dashed) above its linear-probe points; a failed run's loss ends at a
-red cross; one legend at the right, outside the panels."""
+round (centralized rows: per step, dashed) above its linear-probe points; a failed run's loss ends
+at a red cross; one legend at the right, beside the panels."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ PANELS_PER_ROW = 4  # Columns of panel pairs in a figure row.
 PANEL_SIZE = (4.0, 5.0)  # Inches of one panel pair (width, loss and probe panels together).
 LEGEND_WRAP = 34  # Characters per line of a legend entry.
 TITLE_WRAP = 44  # Characters per line of a panel's title.
-# A panel whose longest row runs this many times the shortest one's rounds gets a symmetric-log x axis
-# (linear up to the shortest), so that the short one shows.
+# A panel whose longest row runs this many times the shortest one's rounds gets a symmetric-log x
+# axis (linear up to the shortest), so that the short one shows.
 WIDE_LENGTHS = 20
 MARKERS_UP_TO = 30  # A series of at most this many points also marks its points.
 FAILED_STYLE = dict(marker="x", color="red", ms=9, mew=2.2, ls="none")
@@ -59,7 +59,8 @@ def _number(text: str | None) -> float:
 
 def read_metrics(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """(rounds, losses, probe rounds, probe accuracies) of a metrics.csv (`round` or `step` first; the
-  probe's point is after its round, at round + 1). Losses may be nan or inf; a missing file is empty."""
+  probe's point is after its round, at round + 1). Losses may be nan or inf; a missing file is
+  empty."""
   rounds, losses, probe_rounds, probe = [], [], [], []
   if os.path.exists(path):
     with open(path, newline="") as f:
@@ -101,7 +102,8 @@ def series(output_dir: str, cell, result: dict[str, Any] | None, random_acc: flo
   if random_acc is not None:
     xs, ys = [0] + xs, [random_acc] + ys
   if result and "linear_probe_accuracy_pretrained" in result:
-    xs.append(length)
+    # At the run's end: its length, or its last round where it ran longer (an older grid's folder).
+    xs.append(max([length] + [int(r) + 1 for r in rounds[-1:]] + xs))
     ys.append(float(result["linear_probe_accuracy_pretrained"]))
   return Series(rounds[finite], losses[finite], np.asarray(xs, int), np.asarray(ys, float), length,
                 failed)
@@ -123,8 +125,8 @@ def _inverse(u: float, linthresh: float | None) -> float:
 def loss_axis(kept: list[np.ndarray], failed: list[np.ndarray]
               ) -> tuple[float | None, tuple[float, float]] | None:
   """(symlog linear threshold or None for a log axis, y limits) of a loss panel: the 1st-99th
-  percentile band of the runs that did not fail (of all runs where all failed), widened by a factor of
-  2 on each side but no further than the data reach, so that one diverging run flattens no other.
+  percentile band of the runs that did not fail (of all runs where all failed), widened by a factor
+  of 2 on each side but no further than the data reach, so that one diverging run flattens no other.
   None where there is nothing to draw."""
   everything = np.concatenate(kept + failed) if kept or failed else np.zeros(0)
   if not everything.size:
@@ -168,6 +170,7 @@ def _wrap(text: str, width: int) -> str:
 def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=None):
   """The matplotlib Figure of curves.png (Agg canvas): per column a loss panel over a probe panel,
   up to PANELS_PER_ROW columns a row; its legend lies inside the figure, right of the panels."""
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
   from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
@@ -188,8 +191,7 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
   FigureCanvasAgg(fig)
   # The legend has a column of its own at the right, the height of the figure: it hides no curve and
   # the layout keeps it inside the figure, under the title.
-  grid = fig.add_gridspec(2 * nrows, ncols + 1, height_ratios=[1.1, 1] * nrows,
-                          width_ratios=[PANEL_SIZE[0]] * ncols + [legend_w])
+  grid = fig.add_gridspec(nrows, ncols + 1, width_ratios=[PANEL_SIZE[0]] * ncols + [legend_w])
   ax_legend = fig.add_subplot(grid[:, ncols])
   ax_legend.axis("off")
   any_failed = False
@@ -197,8 +199,9 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
   curve_name = table.curve_evaluation.name if table.curve_evaluation is not None else "LARS"
   for i, column in enumerate(table.columns):
     r, c = divmod(i, ncols)
-    ax_loss = fig.add_subplot(grid[2 * r, c])
-    ax_acc = fig.add_subplot(grid[2 * r + 1, c], sharex=ax_loss)
+    pair = grid[r, c].subgridspec(2, 1, height_ratios=[1.1, 1])
+    ax_loss = fig.add_subplot(pair[0])
+    ax_acc = fig.add_subplot(pair[1], sharex=ax_loss)
     cells = _panel_cells(todo, column)
     drawn_here = [(cell, every[cell.path]) for cell in cells if every.get(cell.path) is not None]
     span = max([s.length for _, s in drawn_here] +
@@ -223,8 +226,8 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
           y = min(max(last, bottom), top)
           ax_loss.plot([s.rounds[-1]], [y], clip_on=False, zorder=5, **FAILED_STYLE)
           if y != last:
-            ax_loss.annotate(f"{last:.2g} (round {s.rounds[-1]})", (s.rounds[-1], y), xytext=(6, -10),
-                             textcoords="offset points", fontsize=7, color=color)
+            ax_loss.annotate(f"{last:.2g} (round {s.rounds[-1]})", (s.rounds[-1], y),
+                             xytext=(6, -10), textcoords="offset points", fontsize=7, color=color)
       if s.probe_accuracy.size:
         probes += 1
         ax_acc.plot(s.probe_rounds, 100 * s.probe_accuracy, marker="o", ms=3, clip_on=False,
@@ -249,6 +252,8 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
     lengths = [s.length for _, s in drawn_here if s.length > 0]
     if lengths and max(lengths) > WIDE_LENGTHS * min(lengths):  # A short row beside long ones.
       ax_loss.set_xscale("symlog", linthresh=min(lengths), linscale=0.5)
+    else:
+      ax_loss.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))
     ax_loss.set_xlim(0, span)
     ax_loss.set_title(_wrap(f"{column.group} {column.label}".strip(), TITLE_WRAP), fontsize=9)
     ax_loss.tick_params(labelbottom=False, labelsize=7)
@@ -259,7 +264,7 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
       ax.grid(alpha=0.3, which="major")
     if c == 0:
       ax_loss.set_ylabel("training loss", fontsize=8)
-      ax_acc.set_ylabel(f"linear probe, % ({curve_name})", fontsize=8)
+      ax_acc.set_ylabel(_wrap(f"linear probe, % ({curve_name})", 34), fontsize=8)
   handles, labels = [], []
   for row in drawn:
     if row.key not in shown:
@@ -280,7 +285,7 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
     handles.append(Line2D([], [], color="gray", ls=":", lw=1.2))
     labels.append(_wrap(f"raw pixels ({curve_name})", LEGEND_WRAP))
   if any(not table.row(key).federated for key in shown):
-    handles.append(Line2D([], [], color="black", ls="--", lw=1.4))
+    handles.append(Line2D([], [], color="0.45", ls="--", lw=1.4))
     labels.append(_wrap("dashed: centralized (x: step)", LEGEND_WRAP))
   if handles:
     ax_legend.legend(handles, labels, loc="upper left", borderaxespad=0, fontsize=font,

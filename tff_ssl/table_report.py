@@ -432,7 +432,7 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
       "at all of them).\n\n")
     for line in claim_sources(table):
       w(f"- {line}\n")
-    w("\n")
+    w("\nChecked:\n\n")
     for line in claim_lines(table, records, g):
       w(f"- {line}\n")
   extra = table.checks(table, records, g) if table.checks else []
@@ -475,54 +475,10 @@ def _cell_text(rec) -> str:
 
 
 def plot(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=None) -> str:
-  """curves.png: linear-probe accuracy over rounds, one panel per column, one line per method (and
-  the raw-pixel probe as a dotted line)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  n = len(table.columns)
-  cols = min(4, n)
-  nrows = (n + cols - 1) // cols
-  # The legend gets a column of its own at the right, so that it hides no curve.
-  fig, axes = plt.subplots(nrows, cols, figsize=(4 * cols + 2.5, 3.4 * nrows + 0.4), squeeze=False,
-                           sharey=True)
-  colors = {r.key: f"C{i}" for i, r in enumerate(table.rows)}
-  for ax, column in zip(axes.flat, table.columns):
-    for cell in todo:
-      if cell.row.supervised or (cell.column is not None and cell.column.key != column.key):
-        continue
-      result = results.get(cell.path)
-      if not result or "failed" in result:
-        continue
-      config = cell.row.config
-      length = config.rounds if cell.row.federated else config.steps
-      xs, ys = curve(os.path.join(output_dir, cell.path), result, length, random_acc)
-      ax.plot(xs, 100 * ys, marker="o", ms=3, color=colors[cell.row.key],
-              ls="-" if cell.row.federated else "--", label=cell.row.name)
-    if raw_pixels is not None:
-      ax.axhline(100 * raw_pixels, color="gray", ls=":", label="raw pixels")
-    ax.set_title(f"{column.group} {column.label}", fontsize=9)
-    ax.set_xlabel("round (centralized: step)")
-    ax.grid(alpha=0.3)
-  for ax in axes.flat[n:]:
-    ax.axis("off")
-  curve_name = table.curve_evaluation.name if table.curve_evaluation is not None else "LARS"
-  axes[0][0].set_ylabel(f"linear probe, % ({curve_name})", fontsize=8)
-  handles, labels = {}, {}
-  for ax in axes.flat:
-    for h, l in zip(*ax.get_legend_handles_labels()):
-      handles.setdefault(l, h)
-  right = 4 * cols / (4 * cols + 2.5)
-  fig.legend(list(handles.values()), list(handles.keys()), loc="center left",
-             bbox_to_anchor=(right, 0.5), fontsize=8, frameon=False)
-  fig.suptitle(f"{table.title} ({table.scale})", fontsize=9, wrap=True)
-  fig.tight_layout(rect=(0, 0, right, 0.95))
-  path = os.path.join(output_dir, "curves.png")
-  tmp = os.path.join(output_dir, ".tmp-curves.png")
-  fig.savefig(tmp, dpi=110)
-  plt.close(fig)
-  os.replace(tmp, path)
-  return path
+  """curves.png: each cell's training loss per round and its linear-probe points, a failed cell's
+  curve ending at a marker (`tff_ssl.table_plot`)."""
+  from tff_ssl import table_plot  # pylint: disable=g-import-not-at-top
+  return table_plot.plot(table, output_dir, todo, results, random_acc, raw_pixels)
 
 
 def baseline_records(table: Table, baselines) -> list[dict[str, Any]]:
