@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tff_ssl import rundir
+from tff_ssl import rundir, table_plot
 from tff_ssl.tables import FAILED, Table
 
 CSV_FIELDS = ("evaluation", "row", "column", "group", "total_clients", "samples_per_client",
@@ -477,7 +477,6 @@ def _cell_text(rec) -> str:
 def plot(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=None) -> str:
   """curves.png: each cell's training loss per round and its linear-probe points, a failed cell's
   curve ending at a marker (`tff_ssl.table_plot`)."""
-  from tff_ssl import table_plot  # pylint: disable=g-import-not-at-top
   return table_plot.plot(table, output_dir, todo, results, random_acc, raw_pixels)
 
 
