@@ -254,9 +254,22 @@ def table_baselines(table: Table, per_cell: dict) -> dict[str, dict[str, float]]
   return next(iter(per_cell.values()), {})
 
 
+def _finished(output_dir: str, path: str) -> dict[str, Any] | None:
+  """results.json (or failed.json) of the run folder `output_dir/path`, None if it has neither."""
+  for name in ("results.json", "failed.json"):
+    found = os.path.join(output_dir, path, name)
+    if os.path.exists(found):
+      return _read_json(found)
+  return None
+
+
 def reproduce(table: Table, output_dir: str, *, progress: bool = True,
-              log: Callable[[str], None] = lambda s: None) -> dict[str, Any]:
-  """Runs every cell of `table` not yet finished in `output_dir`; writes the table; returns results."""
+              log: Callable[[str], None] = lambda s: None,
+              render_only: bool = False) -> dict[str, Any]:
+  """Runs every cell of `table` not yet finished in `output_dir`; writes the table; returns results.
+
+  `render_only`: runs nothing (no pilot, no cell) and records no invocation: the report of the cells
+  finished so far and the choices in selection.json; only missing baselines are measured."""
   start = time.perf_counter()
   todo, skipped = cells(table)
   plan = _Plan(table, todo)
@@ -272,8 +285,16 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
     with progress_lib.bar(plan.total, desc="table", unit="run", enabled=progress) as bar:
       # A row whose rate a variant fixed takes no choice, not even one an earlier run left here.
       chosen = {r.key for r in table.chosen_rows}
-      choices = {k: v for k, v in select_learning_rates(table, output_dir, bar, progress,
-                                                        timing).items() if k in chosen}
+      selection = os.path.join(output_dir, "selection.json")
+      if render_only:
+        found = _read_json(selection) if os.path.exists(selection) else {}
+        for row in table.rows:  # A row that takes another's choice, as the pilots would give it.
+          if row.select_with in found:
+            found[row.key] = {**found[row.select_with], "field": row.lr_field,
+                              "selected_with": row.select_with}
+      else:
+        found = select_learning_rates(table, output_dir, bar, progress, timing)
+      choices = {k: v for k, v in found.items() if k in chosen}
       bar.set_description("random init")
       own = cell_baselines(table, output_dir, todo, log)
       base = table_baselines(table, own)
@@ -284,6 +305,12 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
       num_train = None
       for cell in todo:
         bar.set_description(cell.path.removeprefix("cells/"))
+        if render_only:
+          result = _finished(output_dir, cell.path)
+          if result is not None:
+            results[cell.path] = result
+          bar.update(1)
+          continue
         if cell.row.supervised:
           if num_train is None:
             num_train = len(experiment.load_splits(cell.row.config)[0])
@@ -307,9 +334,11 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
       for k, b in evals.items():
         own.setdefault(cell, {}).setdefault(k, {}).update(b)
   except (KeyboardInterrupt, SystemExit):  # Ctrl-C, SIGTERM: the time spent counts all the same.
-    _record_invocation(timing, timing_path, start)
+    if not render_only:
+      _record_invocation(timing, timing_path, start)
     raise
-  _record_invocation(timing, timing_path, start)
+  if not render_only:
+    _record_invocation(timing, timing_path, start)
   return table_report.write(table, output_dir, todo, skipped, results, choices, random_acc, timing,
                             base, appendix, own)
 

@@ -20,6 +20,7 @@ def _run(*args, env=None):
     (["--table=dcco_table1", "--max_rounds=-1"], "--max_rounds"),
     (["--table=ldawa_table2", "--set=fedavg_warmup_rounds=2"],
      "row 'fedavg': fedavg_warmup_rounds is not used by aggregator 'fedavg'"),
+    (["--table=dcco_table1", "--render_only"], "is not a table folder"),
 ])
 def test_bad_flags(tmp_path, args, needle):
   out = tmp_path / "t"

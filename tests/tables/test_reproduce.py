@@ -212,3 +212,31 @@ def test_baselines_are_keyed_by_what_changes_them(tmp_path, monkeypatch):
   keys = list(stored["raw_pixels"])
   assert any(k.startswith("cifar10 16x16x3 | ") for k in keys)
   assert any(k.startswith("synthetic 28x28x1 | ") for k in keys)
+
+
+def test_render_only_runs_nothing_and_shows_what_is_finished(tmp_path, monkeypatch):
+  """`render_only`: the report of the finished cells and the stored choices; no pilot, no cell, no
+  invocation recorded (only missing baselines are measured)."""
+  table = tiny_table()
+  table = dataclasses.replace(table, rows=table.rows[1:3], columns=table.columns[:1],
+                              evaluations=EVALS[:1], selection_column="noniid_1")
+  out = str(tmp_path / "tiny")
+  done = os.path.join(out, "cells", "dcco", "noniid_1")
+  os.makedirs(done)
+  with open(os.path.join(done, "results.json"), "w") as f:
+    json.dump({"linear_probe_accuracy_pretrained": 0.7}, f)
+  with open(os.path.join(out, "selection.json"), "w") as f:
+    json.dump({"dcco": {"learning_rate": 1e-2, "field": "server_learning_rate",
+                        "validation_linear_probe": {"0.001": 0.5, "0.01": 0.6}, "pilot_length": 2,
+                        "column": "noniid_1", "validation_fraction": 0.1}}, f)
+
+  def no_run(*args, **kwargs):
+    raise AssertionError("render_only ran a cell or a pilot")
+
+  monkeypatch.setattr(experiment, "run", no_run)
+  monkeypatch.setattr(reproduce.evaluation, "evaluate", lambda *a: 0.5)
+  result = reproduce.reproduce(table, out, progress=False, render_only=True)
+  md = open(result["table_md"]).read()
+  assert "| DCCO | **70.0** (51.7) |" in md and "| Centralized CCO | … (52.6) |" in md
+  assert "| Centralized CCO | learning_rate = 0.01 | DCCO's choice" in md
+  assert not os.path.exists(os.path.join(out, "timing.json"))
