@@ -412,7 +412,12 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
           f"{ch['pilot_length']} | {ch['column'] or '—'} |\n")
     w("\n")
   others = [r for r in table.rows if r.key not in choices]
+  pending = {r.key for r in table.chosen_rows}
   for row in others:
+    if row.key in pending:  # Its pilots (or those of the row it takes its choice from) not run yet.
+      w(f"- {row.name}: {row.lr_field} from pilots not run yet (candidates "
+        f"{', '.join(f'{lr:g}' for lr in row.learning_rates)}).\n")
+      continue
     lr = getattr(table.cell_config(row, table.columns[0] if row.federated else None), row.lr_field)
     w(f"- {row.name}: fixed {row.lr_field} {lr:g}.\n")
   notes = sorted({r["status"] for r in records if r["status"] not in ("ok", "")})
