@@ -242,7 +242,7 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
       if linthresh is None:
         _short_log_ticks(ax_loss, *limits)
     else:
-      ax_loss.text(0.5, 0.5, "no run yet", transform=ax_loss.transAxes, ha="center", fontsize=8,
+      ax_loss.text(0.5, 0.5, "not run yet", transform=ax_loss.transAxes, ha="center", fontsize=8,
                    color="gray")
     if raw_pixels is not None:
       ax_acc.axhline(100 * raw_pixels, color="gray", ls=":", lw=1.2)

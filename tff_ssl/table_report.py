@@ -8,7 +8,6 @@ import io
 import os
 from typing import Any
 
-import numpy as np
 
 from tff_ssl import rundir, table_plot
 from tff_ssl.tables import FAILED, Table
@@ -24,29 +23,6 @@ def cell_accuracy(table: Table, result: dict[str, Any], evaluation_key: str) -> 
   if evaluation_key == table.evaluations[0].key and table.in_run_main:
     return float(result["linear_probe_accuracy_pretrained"])
   return float(result["evaluations"][evaluation_key])
-
-
-def curve(run_dir: str, result: dict[str, Any], length: int, random_acc: float | None
-          ) -> tuple[np.ndarray, np.ndarray]:
-  """(rounds, linear-probe accuracy) of a run: round 0 at initialization (where the table measured
-  it: None where its evaluations hold no LARS probe), the periodic probes of metrics.csv, the final
-  probe."""
-  xs, ys = ([0], [random_acc]) if random_acc is not None else ([], [])
-  path = os.path.join(run_dir, "metrics.csv")
-  if os.path.exists(path):
-    with open(path) as f:
-      header = f.readline().strip().split(",")
-      if "linear_probe_accuracy" in header:
-        col = header.index("linear_probe_accuracy")
-        for line in f:
-          parts = line.strip().split(",")
-          if len(parts) > col and parts[col]:
-            xs.append(int(parts[0]) + 1)
-            ys.append(float(parts[col]))
-  if "linear_probe_accuracy_pretrained" in result:
-    xs.append(length)
-    ys.append(float(result["linear_probe_accuracy_pretrained"]))
-  return np.asarray(xs), np.asarray(ys)
 
 
 def fmt(value) -> str:

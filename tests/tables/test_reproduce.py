@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tff_ssl import evaluation, experiment, reproduce, table_report, tables
+from tff_ssl import evaluation, experiment, reproduce, table_plot, table_report, tables
 from tff_ssl.experiment import ExperimentConfig
 
 EVALS = (
@@ -151,11 +151,12 @@ def test_pilot_holds_out_validation():
 def test_curve_reads_periodic_probes(tmp_path):
   (tmp_path / "metrics.csv").write_text(
       "round,loss,linear_probe_accuracy\n0,5.0,\n1,4.0,0.5\n2,3.0,\n3,2.5,0.6\n4,2.0,\n")
-  xs, ys = table_report.curve(str(tmp_path), {"linear_probe_accuracy_pretrained": 0.7}, 5, 0.3)
-  assert list(xs) == [0, 2, 4, 5] and list(ys) == [0.3, 0.5, 0.6, 0.7]
-  # A centralized run's metrics.csv (step, loss, linear_probe_accuracy) reads the same way.
-  xs, _ = table_report.curve(str(tmp_path / "missing"), {"failed": "nan"}, 5, 0.3)
-  assert list(xs) == [0]
+  rounds, losses, probe_rounds, probe = table_plot.read_metrics(str(tmp_path / "metrics.csv"))
+  assert list(rounds) == [0, 1, 2, 3, 4] and list(losses) == [5.0, 4.0, 3.0, 2.5, 2.0]
+  assert list(probe_rounds) == [2, 4] and list(probe) == [0.5, 0.6]  # After the round probed.
+  # A centralized run's metrics.csv (step, loss, linear_probe_accuracy) reads the same way; a
+  # missing one is empty.
+  assert all(len(x) == 0 for x in table_plot.read_metrics(str(tmp_path / "missing.csv")))
 
 
 def test_baselines_are_keyed_by_what_changes_them(tmp_path, monkeypatch):
