@@ -8,7 +8,6 @@ import io
 import os
 from typing import Any
 
-
 from tff_ssl import rundir, table_plot
 from tff_ssl.tables import FAILED, Table
 
