@@ -78,14 +78,19 @@ BASELINE_ROWS = (("raw_pixels", "Raw pixels"),
                  ("random_init", "Encoder at random initialization"))
 
 
-def beats_raw_pixels(table: Table, records, evaluation_key: str, raw_pixels: float) -> str:
-  """One line: how many of an evaluation's pretrained cells beat the raw-pixel baseline."""
+def beats_raw_pixels(table: Table, records, evaluation_key: str, raw_pixels: float,
+                     cell_baselines=None) -> str:
+  """One line: how many of an evaluation's pretrained cells beat the raw-pixel baseline (each its
+  own, where `cell_baselines` gives one: another dataset's column)."""
   supervised = {r.key for r in table.rows if r.supervised}
-  ours = [r["ours"] for r in records if r["evaluation"] == evaluation_key and r["ours"] is not None
-          and r["row"] not in supervised]
-  above = sum(v > raw_pixels for v in ours)
-  return (f"Pretrained cells above the raw-pixel row: {above} of {len(ours)}"
-          + (f" (best {fmt(max(ours))} vs {fmt(raw_pixels)})." if ours else "."))
+  cells = [r for r in records if r["evaluation"] == evaluation_key and r["ours"] is not None
+           and r["row"] not in supervised]
+  raw = [(cell_baselines or {}).get((r["row"], r["column"]), {}).get(evaluation_key, {}).get(
+      "raw_pixels", raw_pixels) for r in cells]
+  above = sum(r["ours"] > b for r, b in zip(cells, raw))
+  best = max(cells, key=lambda r: r["ours"] - raw[cells.index(r)], default=None)
+  return (f"Pretrained cells above the raw-pixel row: {above} of {len(cells)}"
+          + (f" (best {fmt(best['ours'])} vs {fmt(raw[cells.index(best)])})." if cells else "."))
 
 
 # The gate (issue 31): a paper's ordering is tested only between cells whose encoders clear both
@@ -364,7 +369,8 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
           w(f"| *{name}* | {fmt(baselines[e.key][key])} |" + " |" * (len(table.columns) - 1) +
             "\n")
       w("\n")
-      w(f"{beats_raw_pixels(table, records, e.key, baselines[e.key]['raw_pixels'])}\n\n")
+      w(f"{beats_raw_pixels(table, records, e.key, baselines[e.key]['raw_pixels'], cell_baselines)}"
+        "\n\n")
       margins = margins_over_raw_pixels(table, records, e.key, baselines[e.key]["raw_pixels"])
       if margins:
         w(f"{margins}\n\n")

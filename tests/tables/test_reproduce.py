@@ -204,8 +204,9 @@ def test_baselines_are_keyed_by_what_changes_them(tmp_path, monkeypatch):
   md = open(result["table_md"]).read()
   assert "| DCCO, CIFAR-10 (against its own baselines) | +15.0, +15.0 | +25.0, +25.0 | passes" in md
   assert "| DCCO, synthetic | +2.0, +2.0 | +42.0, +42.0 | passes |" in md
-  # The baseline rows show each column's own.
+  # The baseline rows show each column's own, and each cell is counted against its own.
   assert "| *Raw pixels* | 90.0 | 30.0 |" in md
+  assert "Pretrained cells above the raw-pixel row: 2 of 2 (best 45.0 vs 30.0)." in md
   assert any("older layout" in line for line in logged)
   stored = json.load(open(os.path.join(out, "random_init.json")))
   assert stored["version"] == reproduce.BASELINES_VERSION
