@@ -379,7 +379,7 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
   w("## Learning rates\n\n")
   if choices:
     w("Chosen per row on a validation split held out of the training data (never the test split); "
-      "pilot runs of a fraction of the row's length:\n\n")
+      "pilot runs of the length given (rounds or steps):\n\n")
     w("| row | chosen | validation linear probe per candidate | pilot length | column |\n")
     w("|---|---|---|---|---|\n")
     for row in table.rows:
@@ -406,8 +406,9 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
     w("\n## Notes\n\n")
     for n in table.notes:
       w(f"- {n}\n")
-    for n in notes:
-      w(f"- {n}\n")
+    for n in notes:  # Each with the mark its cells carry in the tables above.
+      mark = "— " if n.startswith("not run:") else "… " if n == "not run yet" else ""
+      w(f"- {mark}{n}\n")
   g = gate(table, records, baselines, cell_baselines)
   w("\n## Gate\n\n")
   w("\n".join(gate_lines(table, g)) + "\n")
