@@ -1,22 +1,7 @@
 """The methods built on the round anatomy (`tff_ssl.federated`), one module each, and their registry
-(`--method`): every method the project runs, by name.
-
-  dcco         DCCO's two-phase federated round                      (tff_ssl/methods/dcco.py)
-  fedavg       FedAvg with a within-client SSL loss, any aggregator  (tff_ssl/methods/fedavg.py)
-  fedbyol      FedBYOL: stateful BYOL clients (own target network)   (tff_ssl/methods/fedbyol.py)
-  fedu         FedU: FedBYOL + divergence-aware predictor update      (tff_ssl/methods/fedu.py)
-  fedmoco      FedMoCo: stateful MoCo clients (momentum net, queue)   (tff_ssl/methods/fedmoco.py)
-  fedema       FedEMA: divergence-aware EMA of global and own online  (tff_ssl/methods/fedema.py)
-  fedlama      FedLAMA (L-DAWA's EUC): layer-wise aggregation intervals (tff_ssl/methods/fedlama.py)
-  fedprox      FedProx: FedAvg + a proximal term in the client loss   (tff_ssl/methods/fedprox.py)
-  fedmoco_lw   FedMoCo-LW: ViT block s trained in stage s             (tff_ssl/methods/fedmoco_lw.py)
-  prog_fedssl  Prog-FedSSL: ViT blocks 1..s trained in stage s        (tff_ssl/methods/prog_fedssl.py)
-  lw_fedssl    LW-FedSSL: FedMoCo-LW + server calibration + alignment (tff_ssl/methods/lw_fedssl.py)
-  fll_dd       FLL + depth dropout: FedMoCo-LW, frozen blocks skipped (tff_ssl/methods/fll_dd.py)
-  heterogeneous  clients of different architectures, own models; --fedfoa: exchange R only
-                                                                     (tff_ssl/methods/heterogeneous.py)
-  centralized  pretraining on the pooled data (the upper bound)      (tff_ssl/training/)
-  supervised   training from scratch on the labeled fraction         (tff_ssl/evaluation/)
+(`--method`): every method the project runs, by name. The list with each method's SSL losses and
+flags is docs/running.md, "Methods" (checked against `METHODS` by tests/test_adding_a_method.py);
+each entry's `summary` is its line in `bin/train --helpfull`.
 
 Each entry is a `tff_ssl.method.Method`; callers ask the entry (`get(name).federated`,
 `.min_samples(config)`, `.build(...)`), never compare names. Client terms other methods add:
