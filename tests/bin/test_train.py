@@ -9,7 +9,7 @@ import sys
 import pytest
 from absl import flags
 
-from tff_ssl import experiment
+from tff_ssl import cli, config_fields, experiment
 
 from tests.bin import binaries
 
@@ -20,9 +20,40 @@ TRAIN = os.path.join(ROOT, "bin", "train")
 train = binaries.load_train()
 
 
-def test_every_config_field_is_a_flag():
-  fields = {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
-  assert fields <= set(flags.FLAGS), sorted(fields - set(flags.FLAGS))
+def other_value(spec):
+  """A value of `spec`'s type other than its default, and how it is written on the command line."""
+  choices = spec.choice_list()
+  if spec.type is bool:
+    return (not spec.default), str(not spec.default).lower()
+  if spec.type is tuple:  # Choices, where a tuple has them, are its items'.
+    value = tuple(choices[:2]) if choices else (3, 5) if spec.item is int else ("a", "b")
+    if value == spec.default:
+      value = value[::-1]
+    return value, ",".join(str(v) for v in value)
+  if choices:
+    value = next(c for c in choices if c != spec.default)
+    return value, str(value)
+  if spec.type is int:
+    return (spec.default or 0) + 7, str((spec.default or 0) + 7)
+  if spec.type is float:
+    return (spec.default or 0.0) + 0.25, repr((spec.default or 0.0) + 0.25)
+  return "other", "other"
+
+
+def test_every_config_field_set_as_a_flag_reaches_the_config_in_its_type():
+  specs = config_fields.specs(experiment.ExperimentConfig)
+  assert {s.name for s in specs} == {f.name for f in dataclasses.fields(experiment.ExperimentConfig)}
+  flag_values = flags.FlagValues()
+  cli.define_config_flags(experiment.ExperimentConfig, flag_values)
+  wanted = {s.name: other_value(s) for s in specs}
+  flag_values(["train"] + [f"--{name}={text}" for name, (_, text) in wanted.items()])
+  overrides = cli.config_overrides(experiment.ExperimentConfig, flag_values)
+  for name, (value, _) in wanted.items():
+    assert overrides[name] == value and type(overrides[name]) is type(value), (
+        name, overrides[name], value)
+  flag_values.unparse_flags()
+  flag_values(["train"])
+  assert cli.config_overrides(experiment.ExperimentConfig, flag_values) == {}  # Unset: the task's.
 
 
 def test_smoke_run_writes_a_finished_run_folder(tmp_path):

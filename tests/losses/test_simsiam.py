@@ -72,7 +72,15 @@ def test_mismatched_shapes_raise():
     losses.simsiam_loss(np.ones((3, 2)), np.ones((3, 2)), np.ones((3, 2)), np.ones((1, 2)))
 
 
-def test_registered():
+def test_the_registry_entry_wires_each_view_to_the_other_views_target():
+  # The loss `--ssl=simsiam` trains with: p1 against z2 and p2 against z1 (Eq. 3), not p1 against z1.
+  import types
   from tff_ssl import ssl as ssl_lib
   method = ssl_lib.get("simsiam")
-  assert method.predictor and not method.ema_target and method.hparams == ("predictor",)
+  rng = np.random.default_rng(5)
+  p1, p2, z1, z2 = (rng.normal(size=(4, 6)) for _ in range(4))
+  outputs = types.SimpleNamespace(p1=p1, p2=p2, z1=z1, z2=z2)
+  np.testing.assert_allclose(method.loss(outputs, ssl_lib.Hparams()).numpy(),
+                             reference_simsiam(p1, p2, z1, z2), rtol=1e-6)
+  assert abs(reference_simsiam(p1, p2, z1, z2) - reference_simsiam(p1, p2, z2, z1)) > 1e-3
+  assert method.predictor and not method.ema_target

@@ -72,10 +72,15 @@ def numeric_gradient(fn, f, g, h=1e-6):
   return grads
 
 
-def test_the_registry_holds_the_three_losses_and_they_are_ssl_methods():
-  assert set(losses.STATISTICS) == {"cco", "vicreg", "spectral"}
-  for name in losses.STATISTICS:
-    assert ssl_lib.get(name).min_samples == 2
+@pytest.mark.parametrize("name", sorted(losses.STATISTICS))
+def test_every_registered_loss_is_checked_against_its_papers_formula(name):
+  # The tests below run over REFERENCES: a loss registered without its NumPy reference fails here.
+  assert name in REFERENCES, (
+      f"statistics loss {name!r}: add its paper's formula in NumPy to REFERENCES")
+  assert ssl_lib.get(name).min_samples == 2  # Trainable within a client as well (FedAvg, centralized).
+
+
+def test_an_unknown_statistics_loss_is_refused_naming_the_choices():
   with pytest.raises(ValueError, match=r"unknown statistics loss 'simclr'; choose one of"):
     losses.get_statistics("simclr")
 
