@@ -10,7 +10,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import experiment
 from tff_ssl.federated import client_state, common
-from tff_ssl.methods import fedfoa, fedssl, heterogeneous
+from tff_ssl.methods import fedema, fedfoa, fedssl, heterogeneous
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
@@ -45,7 +45,7 @@ def test_bank_keeps_each_clients_newest_first_in_first_out():
 def process_of(simulation, fc=FC):
   model = byol_model()
   inner = fedssl.SiameseClientState(model.names, common.TensorMask.all(len(model.names)),
-                                    fedssl.StatefulConfig(online_update="ema", ema_tau=0.7),
+                                    fedssl.StatefulConfig(fedema.Update(ema_tau=0.7)),
                                     ema_target=True)
   if fc is None:
     return FedAvgSSLProcess(model, SHAPE, SGD, BYOL, simulation=simulation, client_state=inner)

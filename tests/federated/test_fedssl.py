@@ -11,7 +11,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import models
 from tff_ssl.federated import client_state, common
-from tff_ssl.methods import fedssl
+from tff_ssl.methods import fedema, fedssl, fedu
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.ssl import Hparams
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
@@ -62,7 +62,7 @@ def test_fedema_mu_by_hand_for_two_clients_and_two_rounds():
   # Client A: G1 - W0 over the online encoder (conv + projector, not the predictor) is
   # [0.3, 0] and [0, 0.4]: d = 0.5, mu = min(0.8 * 0.5, 1) = 0.4.
   g1_a = [[0.8, 1.0], [1.0, -0.1], [3.0, 3.0]]
-  starts, states = play(hand_state(fedssl.StatefulConfig(online_update="ema", ema_lambda=0.8)),
+  starts, states = play(hand_state(fedssl.StatefulConfig(fedema.Update(ema_lambda=0.8))),
                         [(G0, W0), (g1_a, None)])
   np.testing.assert_allclose(starts[0], G0)  # A new client starts from the global model.
   assert float(states[0]["mu"]) == 0.0
@@ -72,7 +72,7 @@ def test_fedema_mu_by_hand_for_two_clients_and_two_rounds():
   np.testing.assert_allclose(starts[1], want, rtol=1e-6)  # Predictor mixed with the same mu.
   # Client B: d = ||[1.5, 0], [0, 2]|| = 2.5, mu = min(0.8 * 2.5, 1) = 1: it keeps its own network.
   g1_b = [[2.0, 1.0], [1.0, 1.5], [0.0, 0.0]]
-  starts, states = play(hand_state(fedssl.StatefulConfig(online_update="ema", ema_lambda=0.8)),
+  starts, states = play(hand_state(fedssl.StatefulConfig(fedema.Update(ema_lambda=0.8))),
                         [(G0, W0), (g1_b, None)])
   np.testing.assert_allclose(float(states[1]["mu"]), 1.0)
   np.testing.assert_allclose(starts[1], W0, rtol=1e-6)
@@ -84,7 +84,7 @@ def test_fedema_autoscaler_fixes_lambda_at_the_first_known_divergence():
   # it has norm 0.25 over the online encoder: mu = min(1.4 * 0.25, 1) = 0.35.
   start1 = [0.7 * np.asarray(w) + 0.3 * np.asarray(g) for w, g in zip(W0, g1)]
   g2 = [start1[0] + [0.15, 0.0], start1[1] + [0.0, -0.2], [9.0, 9.0]]
-  starts, states = play(hand_state(fedssl.StatefulConfig(online_update="ema", ema_tau=0.7)),
+  starts, states = play(hand_state(fedssl.StatefulConfig(fedema.Update(ema_tau=0.7))),
                         [(G0, W0), (g1, None), (g2, None)])
   assert float(states[0]["scale"]) == 0.0  # Not known at the first participation.
   np.testing.assert_allclose(float(states[1]["scale"]), 1.4, rtol=1e-6)
@@ -97,8 +97,7 @@ def test_fedema_autoscaler_fixes_lambda_at_the_first_known_divergence():
 def test_fedu_keeps_its_predictor_only_when_diverged():
   near = [[0.8, 1.0], [1.0, -0.1], [3.0, 3.0]]  # d = 0.5 over the online encoder.
   for threshold, kept in ((0.6, False), (0.4, True)):
-    starts, states = play(hand_state(fedssl.StatefulConfig(online_update="fedu",
-                                                           threshold=threshold)),
+    starts, states = play(hand_state(fedssl.StatefulConfig(fedu.Update(threshold))),
                           [(G0, W0), (near, None)])
     np.testing.assert_allclose(starts[1][:2], near[:2])  # The encoder is always the global one.
     np.testing.assert_allclose(starts[1][2], W0[2] if kept else near[2])
@@ -110,7 +109,7 @@ def test_fedu_without_a_predictor_keeps_its_projector():
   # G1 - W0 over the conv tensor is [0.3, 0], d = 0.3.
   names, g1 = NAMES[:2], [[0.8, 1.0], [5.0, 5.0]]
   for threshold, kept in ((0.35, False), (0.25, True)):
-    config = fedssl.StatefulConfig(online_update="fedu", threshold=threshold)
+    config = fedssl.StatefulConfig(fedu.Update(threshold))
     state_lib = fedssl.SiameseClientState(names, common.TensorMask.all(2), config, ema_target=False)
 
     class Two:
@@ -128,7 +127,7 @@ def test_fedu_without_a_predictor_keeps_its_projector():
 
 def test_bad_stateful_settings_name_the_value():
   with pytest.raises(ValueError, match="fedema_tau must be in"):
-    fedssl.StatefulConfig(online_update="ema", ema_tau=1.5)
+    fedema.Update(ema_tau=1.5)
   with pytest.raises(ValueError, match="unknown divergence_measure 'l1'"):
     fedssl.StatefulConfig(divergence="l1")
 
@@ -172,7 +171,7 @@ def run(process):
 
 @pytest.fixture(scope="module")
 def fedema_runs():
-  stateful = fedssl.StatefulConfig(online_update="ema", ema_tau=0.7)
+  stateful = fedssl.StatefulConfig(fedema.Update(ema_tau=0.7))
   return {mode: run(process_of(stateful, sim)) for mode, sim in (
       ("reference", Simulation(mode="reference")), ("grouped", Simulation(group_size=2)))}
 
@@ -219,7 +218,7 @@ def test_fedbyol_target_is_the_clients_own_ema_never_the_aggregate():
   """Client 0 takes part in rounds 0 and 2. Its target after round 2 is its own target after round 0
   moved by the EMA of its round-2 local step (decay 0.9): nothing of the aggregation enters it but the
   online network it trained from the broadcast model."""
-  process = process_of(fedssl.StatefulConfig(online_update="global"), Simulation(mode="reference"))
+  process = process_of(fedssl.StatefulConfig(), Simulation(mode="reference"))
   server, store = run(process)
   t0 = flat(store.read([0], 1, None)[0]["target"])
   t2 = flat(store.read([0], 3, None)[0]["target"])

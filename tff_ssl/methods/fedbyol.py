@@ -5,5 +5,5 @@ on the client across rounds (`tff_ssl.methods.fedssl`)."""
 from tff_ssl.methods import fedssl
 
 METHOD = fedssl.method(
-    "fedbyol", lambda config: fedssl.StatefulConfig(online_update="global"),
+    "fedbyol", lambda config: fedssl.StatefulConfig(),
     "FedBYOL: global online network each round, the client's own BYOL target kept across rounds.")

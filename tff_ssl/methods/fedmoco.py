@@ -8,6 +8,6 @@ network it was filled by is kept. v1 / v2: `--projector` (one linear layer / an 
 from tff_ssl.methods import fedssl
 
 METHOD = fedssl.method(
-    "fedmoco", lambda config: fedssl.StatefulConfig(online_update="global"),
+    "fedmoco", lambda config: fedssl.StatefulConfig(),
     "FedMoCo: global online network each round, the client's own momentum network and queue kept.",
     ssl=("moco",))

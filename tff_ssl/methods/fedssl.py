@@ -7,18 +7,19 @@ uploaded, never aggregated: only the client's own EMA over its local steps moves
 negative keys, and, for FedU and FedEMA, its online network (online
 encoder = ResNet + projector, as BYOL's "encoder" in the authors' code, and the predictor). The online
 network is uploaded and aggregated (N_k-weighted by default; any `tff_ssl.aggregators` strategy). What
-differs between the methods is where a client's next local training starts:
+differs between the methods is where a client's next local training starts, each method's rule an
+`OnlineUpdate` in its own module:
 
   FedBYOL   online network <- the global one (encoder, projector and predictor); FedMoCo the same
             with MoCo's loss (no predictor)
   FedU      online encoder <- the global one; predictor <- the global one only if the divergence
-            d = ||W_g - W_k|| of the online encoder is below `threshold` (0.4, the public code's),
+            d = ||W_g - W_k|| of the online encoder is below `fedu_threshold` (0.4, the public code's),
             else the client keeps its own (divergence-aware predictor update). With an SSL method
             that has no predictor (SimCLR, Barlow Twins: L-DAWA's Table 2 runs FedU with them and
             says only that FedU "partially update[s] the model based on Euclidean distance"), the
             projector takes the predictor's part and d is the ResNet's divergence.
   FedEMA    W_k <- mu W_k + (1 - mu) W_g for the online encoder and the predictor, with
-            mu = min(lambda_k d, 1): lambda_k constant (`ema_lambda`, 0.8 in the paper) or the
+            mu = min(lambda_k d, 1): lambda_k constant (`fedema_lambda`, 0.8 in the paper) or the
             autoscaler lambda_k = tau / d at the first round where d is known (tau = 0.7), then fixed
 
 A client's first participation starts from the global model (it has nothing of its own yet), with its
@@ -32,7 +33,7 @@ The divergence d (`divergence`):
   "code"   the authors' public code (EasyFL): the mean over the ResNet's convolution kernels of the L2
            distance between the client's model at the start and at the end of its last local
            training; lambda_k = tau / d is set at the end of the client's first participation (the
-           code's default tau is 0.8, `ema_tau`).
+           code's default tau is 0.8, `fedema_tau`).
 FedU's ICCV 2021 paper is not among this project's sources; its threshold 0.4 is the public code's,
 with the divergence measured as above.
 """
@@ -51,52 +52,60 @@ from tff_ssl.federated import common
 from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.method import Method
 
-ONLINE_UPDATES = ("global", "fedu", "ema")
 DIVERGENCES = ("paper", "code")
 
-# The framework's config fields (FedU reads the threshold, FedEMA the scaler's; both the divergence).
-FEDU_THRESHOLD = Field("fedu_threshold", 0.4, "FedU: take the global predictor only when the "
-                       "online encoder's divergence is below this (the public code's 0.4).",
-                       lower=0, open_lower=True)
-FEDEMA_LAMBDA = Field("fedema_lambda", 0.0, "FedEMA: constant scaler lambda (the paper's 0.8); "
-                      "0: the autoscaler with --fedema_tau.", lower=0, note="0: the autoscaler")
-FEDEMA_TAU = Field("fedema_tau", 0.7, "FedEMA autoscaler: the expected mu (paper 0.7, public code "
-                   "0.8).", lower=0, upper=1, open_lower=True)
+# The framework's config field (FedU and FedEMA read it; their own fields are in their modules).
 DIVERGENCE_MEASURE = Field("divergence_measure", "paper", "FedU/FedEMA: divergence ||W_g - W_k|| "
                            "of the online encoder (paper) or the public code's mean over conv "
                            "kernels of the client's last local change (code).", choices=DIVERGENCES)
+
+
+class OnlineUpdate:
+  """Where a client's online network starts a round: FedBYOL's rule, the global network. A method
+  whose clients keep their own online network (FedU, FedEMA) declares its rule in its module as a
+  subclass (frozen dataclass) with `keeps_online = True`."""
+
+  keeps_online = False
+
+  def check(self, client: "SiameseClientState") -> None:
+    """ValueError where the model cannot take this rule (e.g. FedU's needs a head)."""
+
+  def start(self, client: "SiameseClientState", state, own: list, glob: list, returning: tf.Tensor,
+            d: tf.Tensor) -> tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(the exchanged tensors local training starts from, mu, d, the client's scale) for a client
+    with its own online network `own` and the global `glob`; `returning`: it has taken part before;
+    `d`: its divergence (0 for a new client)."""
+    raise NotImplementedError
+
+  def scale_after(self, state, d: tf.Tensor, scale: tf.Tensor) -> tf.Tensor:
+    """The client's scale once its local training's divergence `d` is known ("code" divergence)."""
+    del state, d
+    return scale
+
+
+GLOBAL = OnlineUpdate()  # FedBYOL, FedMoCo.
 
 
 @dataclasses.dataclass(frozen=True)
 class StatefulConfig:
   """How a client's online network starts a round (see the module docstring).
 
-  online_update: "global" (FedBYOL), "fedu" or "ema" (FedEMA).
-  threshold: FedU's divergence threshold.
-  ema_lambda: FedEMA's constant scaler lambda (> 0); 0 selects the autoscaler with `ema_tau`.
-  ema_tau: the autoscaler's expected mu, in (0, 1].
+  online_update: the rule (`OnlineUpdate`): `GLOBAL` (FedBYOL, FedMoCo), FedU's, FedEMA's.
   divergence: "paper" or "code".
   """
 
-  online_update: str = "global"
-  threshold: float = 0.4
-  ema_lambda: float = 0.0
-  ema_tau: float = 0.7
+  online_update: OnlineUpdate = GLOBAL
   divergence: str = "paper"
 
   def __post_init__(self):
-    if self.online_update not in ONLINE_UPDATES:
-      raise ValueError(f"unknown online update {self.online_update!r}; choose one of "
-                       f"{list(ONLINE_UPDATES)}")
+    if not isinstance(self.online_update, OnlineUpdate):
+      raise ValueError(f"online_update must be an OnlineUpdate; got {self.online_update!r}")
     DIVERGENCE_MEASURE.check(self.divergence)
-    FEDU_THRESHOLD.check(self.threshold)
-    FEDEMA_LAMBDA.check(self.ema_lambda)
-    FEDEMA_TAU.check(self.ema_tau)
 
   @property
   def keeps_online(self) -> bool:
     """Whether the client's own online network is part of its state."""
-    return self.online_update != "global"
+    return self.online_update.keeps_online
 
 
 def _norm(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
@@ -131,13 +140,11 @@ class SiameseClientState(client_state_lib.ClientState):
     # FedU's divergence-aware head: the predictor; a model without one (SimCLR, Barlow Twins:
     # L-DAWA's FedU rows) keeps its projector instead, the divergence then being the ResNet's.
     head = "predictor/" if any(n.startswith("predictor/") for n in trained_names) else "projector/"
-    self._predictor = [i for i, n in enumerate(trained_names) if n.startswith(head)]
-    self._encoder = [i for i, n in enumerate(trained_names) if not n.startswith(head)]
+    self.head = [i for i, n in enumerate(trained_names) if n.startswith(head)]
+    self.encoder = [i for i, n in enumerate(trained_names) if not n.startswith(head)]
     self._conv = [i for i, n in enumerate(trained_names)
                   if n.startswith("encoder/") and "conv" in n and n.endswith("kernel")]
-    if config.online_update == "fedu" and not (self._predictor and self._encoder):
-      raise ValueError("FedU's divergence-aware update needs a model with a predictor or projector "
-                       "head on an encoder")
+    config.online_update.check(self)
     if config.divergence == "code" and not self._conv:
       raise ValueError("the 'code' divergence averages over convolution kernels; the model "
                        "exchanges none")
@@ -156,7 +163,7 @@ class SiameseClientState(client_state_lib.ClientState):
 
   # The start of a round, computed in `begin` and again in `end` (which stores mu and lambda_k).
   def _paper_divergence(self, state, trained_global):
-    return _norm([trained_global[i] - state["online"][i] for i in self._encoder])
+    return _norm([trained_global[i] - state["online"][i] for i in self.encoder])
 
   def _start(self, state, trained_global: list) -> tuple[list, tf.Tensor, tf.Tensor, tf.Tensor]:
     """(the exchanged tensors local training starts from, mu, divergence d, lambda_k)."""
@@ -168,22 +175,7 @@ class SiameseClientState(client_state_lib.ClientState):
     d = (self._paper_divergence(state, trained_global) if cfg.divergence == "paper"
          else state["divergence"])
     d = tf.where(returning, d, 0.0)  # A new client has no network of its own.
-    own, glob = state["online"], trained_global
-    if cfg.online_update == "fedu":
-      keep = tf.logical_and(returning, tf.greater_equal(d, cfg.threshold))
-      start = [tf.where(keep, own[i], glob[i]) if i in self._predictor else glob[i]
-               for i in range(len(glob))]
-      return start, tf.cast(keep, tf.float32), d, state["scale"]
-    # FedEMA.
-    scale = tf.constant(cfg.ema_lambda) if cfg.ema_lambda else self._autoscale(state, d)
-    mu = tf.where(returning, tf.minimum(scale * d, 1.0), 0.0)
-    start = [mu * w + (1.0 - mu) * g for w, g in zip(own, glob)]
-    return start, mu, d, tf.where(returning, scale, state["scale"])
-
-  def _autoscale(self, state, d):
-    """lambda_k: the stored one, else tau / d (set once, the first time d is known and positive)."""
-    return tf.where(tf.greater(state["scale"], 0.0), state["scale"],
-                    tf.where(tf.greater(d, 0.0), self.config.ema_tau / tf.maximum(d, 1e-30), 0.0))
+    return cfg.online_update.start(self, state, state["online"], trained_global, returning, d)
 
   def begin(self, state, weights, context=None):
     del context
@@ -208,8 +200,7 @@ class SiameseClientState(client_state_lib.ClientState):
     trained = [w - u for w, u in zip(weights, delta)]
     if self.config.divergence == "code":  # Of this local training, used at the next round.
       d = tf.add_n([tf.norm(start[i] - trained[i]) for i in self._conv]) / len(self._conv)
-      if self.config.online_update == "ema" and not self.config.ema_lambda:
-        scale = self._autoscale(state, d)
+      scale = self.config.online_update.scale_after(state, d, scale)
     out = collections.OrderedDict(rounds=state["rounds"] + 1.0)
     if self.config.keeps_online:
       out["online"] = trained
