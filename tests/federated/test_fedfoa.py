@@ -49,9 +49,8 @@ def process_of(simulation, fc=FC):
                                     ema_target=True)
   if fc is None:
     return FedAvgSSLProcess(model, SHAPE, SGD, BYOL, simulation=simulation, client_state=inner)
-  return fedfoa.FedFoAProcess(model, SHAPE, SGD, BYOL.with_terms(fedfoa.FeatureCorrelationTerm(fc, DIM)),
-                              simulation=simulation,
-                              client_state=fedfoa.FeatureCorrelationState(inner, fc, DIM))
+  return FedAvgSSLProcess(model, SHAPE, SGD, BYOL, simulation=simulation, client_state=inner,
+                          stages=(fedfoa.FedFoAStage(fc, DIM),))
 
 
 def run(process):
@@ -75,16 +74,16 @@ def test_bank_warmup_and_partners_never_the_client_itself(runs):
   agg = [m["aggregation"] for m in metrics]
   # Round 0 is the warm-up: no term; the bank then holds clients 0, 1, 2.
   assert float(agg[0]["fedfoa_partners"]) == 0 and float(agg[0]["fedfoa_term"]) == 0
-  assert sorted(server[1].method_state["ids"].tolist()) == [0, 1, 2]
+  assert sorted(server[1].method_state[fedfoa.KEY]["ids"].tolist()) == [0, 1, 2]
   # Round 1: clients 1 and 2 align to the two entries not their own, client 3 to all three.
   assert float(agg[1]["fedfoa_partners"]) == pytest.approx((2 + 2 + 3) / 3)
   assert float(agg[1]["fedfoa_term"]) > 0
   # After round 1 the bank holds 1, 2, 3 (0 evicted, the oldest); round 2: client 0 aligns to all
   # three, client 3 to 1 and 2.
-  assert sorted(server[2].method_state["ids"].tolist()) == [1, 2, 3]
+  assert sorted(server[2].method_state[fedfoa.KEY]["ids"].tolist()) == [1, 2, 3]
   assert float(agg[2]["fedfoa_partners"]) == pytest.approx((3 + 2) / 2)
   # Each published R is upper triangular with a non-negative diagonal; the bank holds them.
-  for r in server[3].method_state["r"]:
+  for r in server[3].method_state[fedfoa.KEY]["r"]:
     assert np.allclose(np.tril(r, -1), 0) and np.all(np.diag(r) >= 0) and np.trace(r) > 0
 
 
@@ -95,8 +94,9 @@ def test_same_rounds_in_both_simulation_modes(runs):
   spread.within("FedFoA weights after 3 rounds, grouped vs reference",
                 spread.relative_gap(grp[-1].weights, ref[-1].weights,
                                     max(1.0, max(np.abs(a).max() for a in ref[-1].weights))), 1e-5)
-  assert ref[-1].method_state["ids"].tolist() == grp[-1].method_state["ids"].tolist()
-  np.testing.assert_allclose(ref[-1].method_state["r"], grp[-1].method_state["r"], rtol=1e-4,
+  ref_bank, grp_bank = ref[-1].method_state[fedfoa.KEY], grp[-1].method_state[fedfoa.KEY]
+  assert ref_bank["ids"].tolist() == grp_bank["ids"].tolist()
+  np.testing.assert_allclose(ref_bank["r"], grp_bank["r"], rtol=1e-4,
                              atol=1e-5)
   for a, b in zip(ref_m, grp_m):
     assert float(a["aggregation"]["fedfoa_term"]) == pytest.approx(
@@ -175,7 +175,7 @@ def test_heterogeneous_clients_align_to_every_other_client_after_the_warmup(hete
   agg = [m["aggregation"] for m in metrics]
   assert float(agg[0]["fedfoa_partners"]) == 0
   assert float(agg[1]["fedfoa_partners"]) == 3  # The bank holds all four; never one's own.
-  assert sorted(server[-1].method_state["ids"].tolist()) == [0, 1, 2, 3]
+  assert sorted(server[-1].method_state[fedfoa.KEY]["ids"].tolist()) == [0, 1, 2, 3]
   assert set(agg[1]) >= {"loss_resnet14", "loss_vgg9"}
   assert server[-1].weights == []  # No global model.
   # Each client trained its own architecture's model: client 0 and 2 share resnet14's shapes.

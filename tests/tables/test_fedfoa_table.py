@@ -157,8 +157,8 @@ def test_paper_size_models_and_types():
     assert str(sig.parameter.data) == "{<images=uint8[?,32,32,3],ids=int64[?]>}@CLIENTS"
     server = [p for p in sig.parameter if p.placement is tff.SERVER]
     shapes = {tuple(t.shape) for p in server for t in tff.structure.flatten(p.member)}
-    assert (process.fedfoa.bank_size, 256, 256) in shapes
-    assert max(np.prod([d or 1 for d in s]) for s in shapes) <= process.fedfoa.bank_size * 256 * 256
+    assert (process.stages[0].config.bank_size, 256, 256) in shapes
+    assert max(np.prod([d or 1 for d in s]) for s in shapes) <= process.stages[0].config.bank_size * 256 * 256
     assert str(sig.result.client_states.placement) == "CLIENTS"
     # Each client keeps its own online network (and target) in its state, at the CLIENTS.
     online = sig.result.client_states.member.online

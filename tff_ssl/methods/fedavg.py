@@ -35,6 +35,7 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import client_work, common, grouping, round_parts
+from tff_ssl.federated import server_stage as server_stage_lib
 from tff_ssl.federated.client_work import ClientConfig, initial_ssl_state, view_outputs
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext
@@ -133,9 +134,12 @@ class FedAvgSSLProcess(common.ServerLoop):
   state goes in as a CLIENTS-placed value, its local training starts from `begin(state, w)`, it
   uploads Delta_k = w - (its trained weights) and keeps `end(...)`. `next` then needs the clients'
   ids and a `ClientStateStore`. A client state with a `context_spec` also receives, broadcast, what
-  the process's `client_context(server state)` gives (e.g. FedLAMA's last aggregation round of each
-  tensor); a process with server state of its own overrides `server_stage` (what the server does
-  with the aggregate before the optimizer step) and `initial_method_state`.
+  its server stages give.
+
+  `stages`: the method's server-side plug-ins (`server_stage.ServerStage`, in order): each has its
+  part of the method state, broadcasts its context, wraps the client state, adds its client terms,
+  may choose the aggregation factory, and takes the round's aggregate before and after the server
+  optimizer step; stages compose, in order.
   """
 
   def __init__(self, model: FunctionalModel, image_shape: Sequence[int],
@@ -144,8 +148,15 @@ class FedAvgSSLProcess(common.ServerLoop):
                aggregation_factory: tff.aggregators.WeightedAggregationFactory | None = None,
                simulation: grouping.Simulation = grouping.Simulation(),
                mask: common.TensorMask | None = None,
-               client_state: client_state_lib.ClientState | None = None):
+               client_state: client_state_lib.ClientState | None = None,
+               stages: Sequence[server_stage_lib.ServerStage] = ()):
     super().__init__(model, server_optimizer, mask=mask)
+    self.stages = tuple(stages)
+    for stage in self.stages:
+      stage.check(model)
+      client_state = stage.client_state(client_state, model)
+      config = config.with_terms(*stage.terms())
+      aggregation_factory = stage.aggregation(aggregation_factory)
     check_outputs(model, config)
     self.config, self.simulation, self.client_state = config, simulation, client_state
     self.parts = parts = round_parts.RoundParts(client_state, config, model, simulation.grouped)
@@ -315,9 +326,12 @@ class FedAvgSSLProcess(common.ServerLoop):
                          "client) and a client_state.ClientStateStore")
       states = store.read(client_ids, state.round_num, self._initial_client_state)
     out = self.compute_update(state, clients, states, client_ids)
-    update, method_state, extra_metrics = self.server_stage(state, out)
+    update, method_state, extra_metrics = server_stage_lib.before_optimizer(
+        self.stages, state.method_state, state.round_num, out)
     new_state, metrics = self.finish_round(state, update, out["loss"], len(clients),
                                            out["aggregator_state"], method_state)
+    new_state.weights = server_stage_lib.after_optimizer(
+        self.stages, state.method_state, state.round_num, state.weights, new_state.weights)
     if states is not None:
       store.write(client_ids, out["client_states"], state.round_num)
     # The aggregator's measurements, the reporting terms' (`ClientTerm.measurements`), the server
@@ -334,19 +348,14 @@ class FedAvgSSLProcess(common.ServerLoop):
           list(dict(out["measurements"]).items()) + extra)
     return new_state, metrics
 
+  def initial_method_state(self):
+    return server_stage_lib.initial_state(self.stages)
+
   def client_context(self, state: common.ServerState):
     """What the server broadcasts to the round's clients beside the weights (the client state's
-    `context_spec`), from `state` (its `method_state`); a method whose clients need it overrides
-    this."""
-    raise NotImplementedError(f"{type(self).__name__}: its client state declares a broadcast "
-                              f"context; the process must override client_context")
-
-  def server_stage(self, state: common.ServerState, out: dict) -> tuple[list, object, dict]:
-    """The server's part between the aggregation and the optimizer step, for methods with server
-    state of their own: (the update the optimizer takes, the new method state (None: unchanged),
-    measurements to add to the aggregator's). Default: the aggregated update as it is."""
-    del state
-    return out["update"], None, {}
+    `context_spec`): each server stage's context, from its part of `state.method_state`."""
+    return server_stage_lib.context(self.stages, state.method_state, state.round_num,
+                                    self.client_state.context_spec(self.model))
 
 
 # Fields FedAvg-style methods read beyond every federated method's (DCCO's update aggregation is its

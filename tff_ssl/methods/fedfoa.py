@@ -15,8 +15,10 @@ their features to each other's (the terms: `tff_ssl.losses.feature_correlation`)
 
 Homogeneous setting (`--fedfoa` with FedBYOL, FedU, FedEMA; `tff_ssl.methods.fedssl`): the term is
 added to the base method's client loss; everything else (the global model, its aggregation, the
-clients' own networks) is the base method's. `FeatureCorrelationState` wraps the base method's client
-state; `FedFoAProcess` adds the bank to the FedAvg-style process.
+clients' own networks) is the base method's. `FedFoAStage` is FedFoA's server stage
+(`federated.server_stage`): the bank in the method state, broadcast to the clients, refilled from their
+reports; it wraps the base method's client state in a `FeatureCorrelationState` and adds the term. It
+composes with other stages: FedLAMA's per-layer intervals (`--method=fedlama --fedfoa`).
 
 The bank with many clients. The paper's setting is cross-silo (every client in every round), where the
 bank holds R_bar_{t-1}^j of every client. Here it holds the `bank_size` clients that published most
@@ -37,8 +39,8 @@ import tensorflow as tf
 
 from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
-from tff_ssl.methods import fedavg
-from tff_ssl.federated.client_work import ClientConfig, ClientTerm
+from tff_ssl.federated.client_work import ClientTerm
+from tff_ssl.federated.server_stage import ServerStage
 from tff_ssl.losses import feature_correlation
 from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
 
@@ -109,8 +111,8 @@ class FeatureCorrelationState(client_state_lib.ClientState):
   """The base method's client state (`inner`), plus FedFoA's part of the round: the bank in the
   broadcast context, the running sums of the client's local training, and its report.
 
-  Context: `bank` [K, n, n], `bank_ids` [K] (int64; EMPTY, MERGED or a client id), `active` (1.0 after
-  the warm-up rounds), and `inner`, the base state's context if it has one.
+  Context (under KEY, beside the base state's entries if it has any): `bank` [K, n, n], `bank_ids` [K]
+  (int64; EMPTY, MERGED or a client id), `active` (1.0 after the warm-up rounds).
   Report: `r` (R_bar, n x n), `term` and `partners` (the mean over the client's steps of the summed
   alignment term and of the number of entries it aligned to: measurements).
   """
@@ -129,27 +131,27 @@ class FeatureCorrelationState(client_state_lib.ClientState):
 
   def context_spec(self, model):
     k, n = self.config.capacity, self.dim
-    out = collections.OrderedDict(bank=tf.TensorSpec([k, n, n], tf.float32),
-                                  bank_ids=tf.TensorSpec([k], tf.int64),
-                                  active=tf.TensorSpec([], tf.float32))
-    inner = self.inner.context_spec(model)
-    if inner is not None:
-      out["inner"] = inner
+    out = collections.OrderedDict(self.inner.context_spec(model) or {})
+    out[KEY] = collections.OrderedDict(bank=tf.TensorSpec([k, n, n], tf.float32),
+                                       bank_ids=tf.TensorSpec([k], tf.int64),
+                                       active=tf.TensorSpec([], tf.float32))
     return out
 
-  @staticmethod
-  def _inner(context):
-    return context["inner"] if "inner" in context else None
+  def _inner(self, context):
+    """The base state's part of the context (None where it reads none)."""
+    inner = collections.OrderedDict((k, v) for k, v in context.items() if k != KEY)
+    return inner or None
 
   def begin(self, state, weights, context=None):
     return self.inner.begin(state, weights, self._inner(context))
 
   def ssl_state(self, state, start, context=None, client_id=None):
     out = dict(self.inner.ssl_state(state, start, self._inner(context), None) or {})
-    ids = context["bank_ids"]
+    mine = context[KEY]
+    ids = mine["bank_ids"]
     valid = tf.logical_and(tf.not_equal(ids, EMPTY), tf.not_equal(ids, client_id))
     zero = tf.constant(0.0)
-    out[KEY] = dict(bank=context["bank"], valid=tf.logical_and(valid, context["active"] > 0),
+    out[KEY] = dict(bank=mine["bank"], valid=tf.logical_and(valid, mine["active"] > 0),
                     r_sum=tf.zeros([self.dim, self.dim]), steps=zero, term_sum=zero,
                     partner_sum=zero)
     return out
@@ -203,40 +205,51 @@ def measurements(reports: dict, bank) -> collections.OrderedDict:
       fedfoa_bank_entries=np.float32(np.sum(np.asarray(bank["ids"]) != EMPTY)))
 
 
-def client_context(config: FeatureCorrelationConfig, state) -> collections.OrderedDict:
-  """What the server broadcasts to a round's clients (`FeatureCorrelationState.context_spec`): the
-  bank of `state.method_state`, and whether the warm-up rounds are over."""
-  bank = state.method_state
+def client_context(config: FeatureCorrelationConfig, bank, round_num: int) -> collections.OrderedDict:
+  """What the server broadcasts to a round's clients (`FeatureCorrelationState.context_spec()[KEY]`):
+  the bank, and whether the warm-up rounds are over."""
   return collections.OrderedDict(
       bank=np.asarray(bank["r"], np.float32), bank_ids=np.asarray(bank["ids"], np.int64),
-      active=np.float32(state.round_num >= config.warmup))
+      active=np.float32(round_num >= config.warmup))
 
 
-class FedFoAProcess(fedavg.FedAvgSSLProcess):
-  """A FedAvg-style process whose client state is a `FeatureCorrelationState`: the bank in the
-  method state, broadcast to the clients, refilled from their reports each round."""
+@dataclasses.dataclass(frozen=True)
+class FedFoAStage(ServerStage):
+  """FedFoA's server stage (`federated.server_stage`): the bank as its part of the method state,
+  broadcast each round (`client_context`), refilled from the clients' reports (`update_bank`); its
+  clients keep the base method's state wrapped in a `FeatureCorrelationState` and train with the
+  `FeatureCorrelationTerm`."""
 
-  def __init__(self, *args, client_state: FeatureCorrelationState, **kwargs):
-    if not isinstance(client_state, FeatureCorrelationState):
-      raise ValueError(f"FedFoAProcess needs a FeatureCorrelationState; got "
-                       f"{type(client_state).__name__}")
-    self.fedfoa = client_state.config
-    self.dim = client_state.dim
-    super().__init__(*args, client_state=client_state, **kwargs)
-    if self.model.output_dims[0] != self.dim:
+  config: FeatureCorrelationConfig
+  dim: int  # n: the projection's dimension.
+  key = KEY
+
+  def check(self, model):
+    if model.output_dims[0] != self.dim:
       raise ValueError(f"FedFoA's bank holds {self.dim} x {self.dim} matrices; the model's "
-                       f"projection has {self.model.output_dims[0]} dimensions")
+                       f"projection has {model.output_dims[0]} dimensions")
 
-  def initial_method_state(self):
-    return empty_bank(self.fedfoa, self.dim)
+  def initial_state(self):
+    return empty_bank(self.config, self.dim)
 
-  def client_context(self, state):
-    return client_context(self.fedfoa, state)
+  def context(self, part, round_num):
+    return client_context(self.config, part, round_num)
 
-  def server_stage(self, state, out):
+  def client_state(self, inner, model):
+    del model
+    if inner is None:
+      raise ValueError("FedFoA reaches the clients' local training through their state: it goes "
+                       "with a method whose clients keep one (FedBYOL, FedU, FedEMA, FedLAMA)")
+    return FeatureCorrelationState(inner, self.config, self.dim)
+
+  def terms(self):
+    return (FeatureCorrelationTerm(self.config, self.dim),)
+
+  def before_optimizer(self, part, round_num, update, out):
+    del round_num
     reports = out["reports"]
-    bank = update_bank(state.method_state, reports["client"], reports[KEY]["r"], self.fedfoa)
-    return out["update"], bank, measurements(reports[KEY], bank)
+    bank = update_bank(part, reports["client"], reports[KEY]["r"], self.config)
+    return update, bank, measurements(reports[KEY], bank)
 
 
 def check_batch(config, dim: int) -> None:
@@ -257,24 +270,17 @@ def feature_correlation_config(config) -> FeatureCorrelationConfig:
 
 
 # The fields of FedFoA's term, read by the methods it goes with.
-FEDFOA = Field("fedfoa", False, "FedBYOL/FedU/FedEMA and heterogeneous clients: add FedFoA's "
+FEDFOA = Field("fedfoa", False, "FedBYOL/FedU/FedEMA, FedLAMA and heterogeneous clients: add FedFoA's "
                "feature-correlation alignment to the clients' loss (tff_ssl/methods/fedfoa.py).")
 FIELDS = (FEDFOA, feature_correlation.LAMBDA, feature_correlation.WARMUP, feature_correlation.NORM,
           feature_correlation.SELECT, feature_correlation.BANK, feature_correlation.BANK_SIZE)
 
 
-def wrap(config, inner: client_state_lib.ClientState, client_config: ClientConfig):
-  """(client state, client config) with FedFoA's term when `config.fedfoa`, else unchanged."""
+def stages(config) -> tuple[ServerStage, ...]:
+  """FedFoA's server stage where `config.fedfoa`, else none."""
   if not config.fedfoa:
-    return inner, client_config
-  fc = feature_correlation_config(config)
-  return (FeatureCorrelationState(inner, fc, config.projector[-1]),
-          client_config.with_terms(FeatureCorrelationTerm(fc, config.projector[-1])))
-
-
-def process_class(config) -> type:
-  """The process class of a FedAvg-style method with (`config.fedfoa`) or without FedFoA."""
-  return FedFoAProcess if config.fedfoa else fedavg.FedAvgSSLProcess
+    return ()
+  return (FedFoAStage(feature_correlation_config(config), config.projector[-1]),)
 
 
 def min_samples(config, base: int) -> int:

@@ -31,6 +31,9 @@ layer aggregated since its last round. The simulation uploads every layer every 
 `fedlama_synced` is the fraction of the parameters FedLAMA would send. The public code adjusts the
 intervals of convolution and dense kernels only and only after the first 6 adjustment periods; the
 paper's per-layer rule is the default here.
+
+FedLAMA is a server stage (`FedLAMAStage`) of the FedAvg process, so it composes with other stages:
+`--fedfoa` adds FedFoA's feature-correlation bank and alignment (its clients' state wraps FedLAMA's).
 """
 
 from __future__ import annotations
@@ -45,8 +48,8 @@ from tff_ssl import aggregators, privacy
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import common
-from tff_ssl.methods import fedavg
-from tff_ssl.federated.client_work import ClientConfig
+from tff_ssl.federated.server_stage import ServerStage
+from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.config_fields import Field
 from tff_ssl.method import Method
 
@@ -90,12 +93,15 @@ def relaxed_layers(discrepancy: np.ndarray, sizes: np.ndarray) -> np.ndarray:
   return relaxed
 
 
+KEY = "fedlama"  # The stage's entry in the method state and the broadcast context.
+
+
 class LayerStaleness(client_state_lib.ClientState):
   """A FedLAMA client's own model between its rounds.
 
   The state (one client): `last_round`, the round it last took part in (-1: never), and `own`, its
-  trained tensors after that round. The broadcast context: `round` (this round) and `last_sync`, per
-  tensor the last round whose aggregation covered it (-1: none yet).
+  trained tensors after that round. The broadcast context (under KEY): `round` (this round) and
+  `last_sync`, per tensor the last round whose aggregation covered it (-1: none yet).
   """
 
   def __init__(self, mask: common.TensorMask):
@@ -111,11 +117,12 @@ class LayerStaleness(client_state_lib.ClientState):
     return out
 
   def context_spec(self, model):
-    return collections.OrderedDict(
+    return collections.OrderedDict([(KEY, collections.OrderedDict(
         round=tf.TensorSpec([], tf.float32),
-        last_sync=tf.TensorSpec([len(self.mask.indices)], tf.float32))
+        last_sync=tf.TensorSpec([len(self.mask.indices)], tf.float32)))])
 
   def begin(self, state, weights, context=None):
+    context = context[KEY]
     returning = tf.greater_equal(state["last_round"], 0.0)
     trained = self.mask.select(list(weights))
     # Keep the own copy of a tensor not aggregated in or since the client's last round.
@@ -126,7 +133,7 @@ class LayerStaleness(client_state_lib.ClientState):
 
   def end(self, state, weights, delta, num_examples, loss, ssl_state=None, context=None):
     del state, num_examples, loss, ssl_state
-    return collections.OrderedDict(last_round=tf.identity(context["round"]),
+    return collections.OrderedDict(last_round=tf.identity(context[KEY]["round"]),
                                    own=[w - d for w, d in zip(weights, delta)])
 
 
@@ -163,16 +170,20 @@ class DiscrepancyFactory(aggregators.FedAvgFactory):
     return out
 
 
-class FedLAMAProcess(fedavg.FedAvgSSLProcess):
-  """The FedAvg-style process with FedLAMA's per-layer aggregation intervals (module docstring).
+class FedLAMAStage(ServerStage):
+  """FedLAMA's server stage (`federated.server_stage`, module docstring): the per-layer intervals,
+  their discrepancies and each tensor's last aggregation round as its part of the method state; the
+  clients keep their own model (`LayerStaleness`); FedAvg with the discrepancy measure
+  (`DiscrepancyFactory`); a layer not aggregated this round keeps its global value.
 
   Method state: `interval` (per layer, rounds), `discrepancy` (per layer, d_l per round at its last
   aggregation), `last_sync` (per exchanged tensor, the last round that aggregated it; -1: none).
   """
 
-  def __init__(self, model, image_shape, server_optimizer, config: ClientConfig,
-               simulation, lama: FedLAMAConfig):
-    mask = common.TensorMask.require_all(model, "FedLAMA")
+  key = KEY
+
+  def __init__(self, model, lama: FedLAMAConfig):
+    self.mask = common.TensorMask.require_all(model, "FedLAMA")
     layout = aggregators.ModelLayout.from_model(model, "layer")
     self.lama = lama
     self.group_index = np.array(layout.group_index)
@@ -180,36 +191,44 @@ class FedLAMAProcess(fedavg.FedAvgSSLProcess):
     self.sizes = np.zeros(len(layout.names))
     for t, spec in enumerate(model.weight_specs):
       self.sizes[self.group_index[t]] += int(np.prod(spec.shape))
-    super().__init__(model, image_shape, server_optimizer, config,
-                     DiscrepancyFactory(self.group_index, len(layout.names)), simulation,
-                     mask=mask, client_state=LayerStaleness(mask))
 
-  def initial_method_state(self):
+  def initial_state(self):
     return collections.OrderedDict(
         interval=np.full(len(self.sizes), self.lama.interval, np.int32),
         discrepancy=np.zeros(len(self.sizes), np.float32),
         last_sync=np.full(len(self.group_index), -1.0, np.float32))
 
-  def synced(self, state: common.ServerState) -> np.ndarray:
-    """Per layer: whether round `state.round_num` aggregates it."""
-    return (state.round_num + 1) % np.asarray(state.method_state["interval"]) == 0
+  def synced(self, part, round_num: int) -> np.ndarray:
+    """Per layer: whether round `round_num` aggregates it (`part`: the stage's method state)."""
+    return (round_num + 1) % np.asarray(part["interval"]) == 0
 
-  def client_context(self, state):
-    return collections.OrderedDict(round=np.float32(state.round_num),
-                                   last_sync=np.asarray(state.method_state["last_sync"],
-                                                        np.float32))
+  def context(self, part, round_num):
+    return collections.OrderedDict(round=np.float32(round_num),
+                                   last_sync=np.asarray(part["last_sync"], np.float32))
 
-  def server_stage(self, state, out):
-    r, ms = state.round_num, state.method_state
+  def client_state(self, inner, model):
+    del model
+    if inner is not None:
+      raise ValueError(f"FedLAMA's clients keep their own model between rounds; it cannot also keep "
+                       f"{type(inner).__name__}'s state")
+    return LayerStaleness(self.mask)
+
+  def aggregation(self, factory):
+    if factory is not None:
+      raise ValueError(f"FedLAMA aggregates with FedAvg and measures each layer's discrepancy; it "
+                       f"takes no aggregation strategy (got {type(factory).__name__})")
+    return DiscrepancyFactory(self.group_index, len(self.layer_names))
+
+  def before_optimizer(self, part, round_num, update, out):
+    r, ms = round_num, part
     interval = np.asarray(ms["interval"])
-    layers = self.synced(state)
+    layers = self.synced(part, r)
     tensors = layers[self.group_index]
-    update = [np.asarray(u) if keep else np.zeros_like(u)
-              for u, keep in zip(out["update"], tensors)]
+    kept = [np.asarray(u) if keep else np.zeros_like(u) for u, keep in zip(update, tensors)]
     mean_sq = np.asarray(out["measurements"]["layer_sq"], np.float64)
     agg_sq = np.zeros(len(self.sizes))
     np.add.at(agg_sq, self.group_index,
-              [float(np.sum(np.square(np.asarray(u, np.float64)))) for u in out["update"]])
+              [float(np.sum(np.square(np.asarray(u, np.float64)))) for u in update])
     d = np.maximum(mean_sq - agg_sq, 0.0) / interval
     discrepancy = np.where(layers, d, np.asarray(ms["discrepancy"])).astype(np.float32)
     last_sync = np.where(tensors, np.float32(r), np.asarray(ms["last_sync"])).astype(np.float32)
@@ -217,21 +236,18 @@ class FedLAMAProcess(fedavg.FedAvgSSLProcess):
       relaxed = relaxed_layers(discrepancy, self.sizes)
       interval = np.where(relaxed, self.lama.interval * self.lama.phi,
                           self.lama.interval).astype(np.int32)
-    method_state = collections.OrderedDict(interval=interval, discrepancy=discrepancy,
-                                           last_sync=last_sync)
+    new_part = collections.OrderedDict(interval=interval, discrepancy=discrepancy,
+                                       last_sync=last_sync)
     measurements = collections.OrderedDict(
         fedlama_synced=np.float32(self.sizes[layers].sum() / self.sizes.sum()),
         fedlama_relaxed_layers=np.float32(np.sum(interval > self.lama.interval)))
-    return update, method_state, measurements
+    return kept, new_part, measurements
 
-  def finish_round(self, state, update, loss, num_clients, aggregator_state=(), method_state=None):
-    new_state, metrics = super().finish_round(state, update, loss, num_clients, aggregator_state,
-                                              method_state)
+  def after_optimizer(self, part, round_num, old_weights, new_weights):
     # A layer not aggregated keeps its global value exactly, whatever the server optimizer.
-    tensors = self.synced(state)[self.group_index]
-    new_state.weights = [w if keep else np.asarray(old)
-                         for w, old, keep in zip(new_state.weights, state.weights, tensors)]
-    return new_state, metrics
+    tensors = self.synced(part, round_num)[self.group_index]
+    return [w if keep else np.asarray(old)
+            for w, old, keep in zip(new_weights, old_weights, tensors)]
 
 
 INTERVAL = Field("fedlama_interval", 1, "FedLAMA (L-DAWA's EUC): the base aggregation interval of "
@@ -241,7 +257,7 @@ PHI = Field("fedlama_phi", 2, "FedLAMA: the relaxed layers' interval is phi time
             note="1: every layer at the base interval")
 # FedAvg's fields but its aggregation strategy's (FedLAMA aggregates in its own way), and its own.
 FIELDS = tuple(f for f in fedavg.FIELDS
-               if f not in aggregators.FIELDS + privacy.FIELDS) + (INTERVAL, PHI)
+               if f not in aggregators.FIELDS + privacy.FIELDS) + (INTERVAL, PHI) + fedfoa.FIELDS
 
 
 def lama_config(config) -> FedLAMAConfig:
@@ -251,18 +267,24 @@ def lama_config(config) -> FedLAMAConfig:
 def _validate(config):
   fedavg.process_config(config)
   lama_config(config)
+  fedfoa.validate(config)
 
 
-def build(config, model, image_shape, context=None) -> FedLAMAProcess:
+def build(config, model, image_shape, context=None) -> fedavg.FedAvgSSLProcess:
+  """The FedAvg process with FedLAMA's stage (and FedFoA's after it, with `--fedfoa`)."""
   del context  # The server trains on nothing of its own; one aggregation a round.
   fedavg_config, _, simulation = fedavg.process_config(config)
-  return FedLAMAProcess(model, image_shape, common.server_optimizer_for(config, model.names),
-                        fedavg_config, simulation, lama_config(config))
+  stages = (FedLAMAStage(model, lama_config(config)),) + fedfoa.stages(config)
+  return fedavg.FedAvgSSLProcess(model, image_shape,
+                                 common.server_optimizer_for(config, model.names), fedavg_config,
+                                 simulation=simulation, mask=common.TensorMask.require_all(
+                                     model, "FedLAMA"), stages=stages)
 
 
 METHOD = Method(
     name="fedlama", kind="federated", fields=FIELDS, ssl=fedavg.METHOD.ssl, validate=_validate,
-    build=build, min_samples=fedavg.METHOD.min_samples, divergence_hint=fedavg.divergence_hint,
+    build=build, divergence_hint=fedavg.divergence_hint,
+    min_samples=lambda config: fedfoa.min_samples(config, fedavg.METHOD.min_samples(config)),
     no_privacy=("it aggregates each layer at an interval chosen from the clients' un-noised "
                 "per-layer divergences, and its clients keep the layers not aggregated"),
     summary="FedLAMA (L-DAWA's EUC): layer-wise adaptive aggregation intervals; clients keep the "

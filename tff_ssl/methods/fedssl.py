@@ -224,10 +224,10 @@ def build(config, model, image_shape, stateful: StatefulConfig):
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
                              fedavg_config.hparams.moco_queue if method.queue else 0)
-  state, fedavg_config = fedfoa.wrap(config, state, fedavg_config)  # With --fedfoa.
-  return fedfoa.process_class(config)(
+  return fedavg.FedAvgSSLProcess(
       model, image_shape, common.server_optimizer_for(config, model.names), fedavg_config,
-      aggregator.build(model), simulation, client_state=state)
+      aggregator.build(model), simulation, client_state=state,
+      stages=fedfoa.stages(config))  # With --fedfoa, its bank.
 
 
 def method(name: str, stateful_of, summary: str, fields: tuple[Field, ...] = (),

@@ -39,7 +39,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import models
 from tff_ssl.federated import client_state as client_state_lib
-from tff_ssl.federated import client_work, common, grouping, round_parts, ssl_model
+from tff_ssl.federated import client_work, common, grouping, round_parts, server_stage, ssl_model
 from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.functional import FunctionalModel
@@ -111,16 +111,17 @@ class HeterogeneousProcess:
       raise ValueError(f"the architectures' projections must share one dimension (the calibration); "
                        f"got {sorted(dims)}")
     self.dim = dims.pop()
-    self.config = (config if feature_correlation is None else config.with_terms(
-        fedfoa.FeatureCorrelationTerm(feature_correlation, self.dim)))
+    # FedFoA's server stage (its bank), where the clients align their features.
+    self.stages = (() if feature_correlation is None
+                   else (fedfoa.FedFoAStage(feature_correlation, self.dim),))
+    self.config = config.with_terms(*(t for s in self.stages for t in s.terms()))
     self.simulation = simulation
-    self.fedfoa = feature_correlation
     self.states = []
     self.round_of, self.parts_of = [], []
     for model in self.models:
-      own = OwnModelState(self.config.method.ema_target)
-      state = (own if feature_correlation is None
-               else fedfoa.FeatureCorrelationState(own, feature_correlation, self.dim))
+      state = OwnModelState(self.config.method.ema_target)
+      for stage in self.stages:
+        state = stage.client_state(state, model)
       self.states.append(state)
       run_round, parts = self._build_round(model, state, image_shape)
       self.round_of.append(run_round)
@@ -174,7 +175,7 @@ class HeterogeneousProcess:
   def initialize(self) -> common.ServerState:
     return common.ServerState(
         weights=[], optimizer_state=(), aggregator_state=(), round_num=0,
-        method_state=(fedfoa.empty_bank(self.fedfoa, self.dim) if self.fedfoa else ()))
+        method_state=server_stage.initial_state(self.stages))
 
   def next(self, state: common.ServerState, clients: list[dict], *,
            client_ids: Sequence[int] | None = None,
@@ -202,24 +203,28 @@ class HeterogeneousProcess:
         sizes = [len(d["sizes"]) for d in data]
       else:
         data, sizes = group, [1] * len(group)
-      context = fedfoa.client_context(self.fedfoa, state) if self.fedfoa else None
+      spec = self.states[a].context_spec(model)
+      context = (server_stage.context(self.stages, state.method_state, state.round_num, spec)
+                 if spec else None)
       out = run_round(seed=seed, data=data, **parts.arguments(states, context, ids, sizes))
       states_out.extend(parts.client_states(out["client_states"], sizes))
       ids_out.extend(ids)
       loss, n = float(out["loss"]), float(out["examples"])
       measurements[f"loss_{self.labels[a]}"] = np.float32(loss)
       loss_sum, examples = loss_sum + loss * n, examples + n
-      if self.fedfoa:
+      if parts.reports:
         reports.append(parts.reports_of(out["reports"]))
     store.write(ids_out, states_out, state.round_num)
-    method_state = state.method_state
-    if self.fedfoa:
+    merged = None
+    if reports:
       merged = tf.nest.map_structure(lambda *xs: np.concatenate(xs), *reports)
       order = np.argsort([list(client_ids).index(int(c)) for c in merged["client"]], kind="stable")
       merged = tf.nest.map_structure(lambda v: v[order], merged)  # The round's sampling order.
-      method_state = fedfoa.update_bank(state.method_state, merged["client"],
-                                        merged[fedfoa.KEY]["r"], self.fedfoa)
-      measurements.update(fedfoa.measurements(merged[fedfoa.KEY], method_state))
+    # The server stages (FedFoA's bank) on the round's reports; there is no global model to update.
+    _, method_state, measured = server_stage.before_optimizer(
+        self.stages, state.method_state, state.round_num, {"update": [], "reports": merged})
+    measurements.update(measured)
+    method_state = state.method_state if method_state is None else method_state
     new_state = common.ServerState(weights=[], optimizer_state=(), aggregator_state=(),
                                    round_num=state.round_num + 1, method_state=method_state)
     return new_state, {"loss": loss_sum / examples, "clients": len(clients),

@@ -1,0 +1,112 @@
+"""Server-side plug-ins of the FedAvg-style round: the server's counterpart of `client_work.ClientTerm`.
+
+A `ServerStage` is what a method adds to the round on the server, with what its clients need for it:
+
+    key               its entry in the server's `method_state` and in the round's broadcast context
+    initial_state     its part of the method state (checkpointed and restored with the rest)
+    context           what it broadcasts to the round's clients beside the weights (None: nothing);
+                      its clients read it at `context[key]`
+    client_state      the clients' state it needs, given the one the method has so far (None: none)
+    terms             its client terms (`ClientTerm`s: what it adds to local training, its reports)
+    aggregation       the aggregation factory it needs, given the method's (None: the default)
+    before_optimizer  what it does with the round's aggregate: (the update the server optimizer
+                      takes, its new part of the method state, measurements for aggregation.csv)
+    after_optimizer   what it does with the new global weights (default: nothing)
+
+Stages compose. A process takes a sequence of them. Each stage in turn wraps the client state, adds
+its terms and chooses the factory. Each then takes the round's update in order, before the optimizer
+step and after it. So FedFoA (a bank of the clients' feature correlations) and FedLAMA (per-layer
+aggregation intervals) run together in one FedAvg process, where subclasses of the process could not.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Sequence
+
+from tff_ssl.federated import client_state as client_state_lib
+
+
+class ServerStage:
+  """A server-side plug-in (module docstring). Subclasses override what they use."""
+
+  key: str = ""
+
+  def check(self, model) -> None:
+    """ValueError where `model` cannot take this stage (default: any model can)."""
+    del model
+
+  def initial_state(self) -> Any:
+    """Its part of the server's method state before the first round (NumPy structure)."""
+    return ()
+
+  def context(self, part, round_num: int) -> Any:
+    """What it broadcasts to round `round_num`'s clients, from its part of the method state (its
+    client state's `context_spec()[key]`); None: nothing."""
+    del part, round_num
+    return None
+
+  def client_state(self, inner: client_state_lib.ClientState | None,
+                   model) -> client_state_lib.ClientState | None:
+    """The clients' state with this stage, given `inner`, the one without it (default: `inner`)."""
+    del model
+    return inner
+
+  def terms(self) -> tuple:
+    """Its client terms (`client_work.ClientTerm`s), added after the method's own."""
+    return ()
+
+  def aggregation(self, factory):
+    """The aggregation factory of the round with this stage, given the method's (None: FedAvg)."""
+    return factory
+
+  def before_optimizer(self, part, round_num: int, update: list, out: dict):
+    """(The update the server optimizer takes, the stage's new part of the method state,
+    measurements) from the round's `update` (the aggregate after the stages before this one) and
+    its outputs `out` (`reports`, `measurements`, ...: `FedAvgSSLProcess.compute_update`)."""
+    del round_num, out
+    return update, part, {}
+
+  def after_optimizer(self, part, round_num: int, old_weights: list, new_weights: list) -> list:
+    """The new global weights after the optimizer step, given the ones before the round (`part`:
+    the stage's method state at the start of the round)."""
+    del part, round_num, old_weights
+    return new_weights
+
+
+def initial_state(stages: Sequence[ServerStage]):
+  """The method state of a round with `stages`: each stage's part under its key (`()`: none)."""
+  if not stages:
+    return ()
+  keys = [s.key for s in stages]
+  if len(set(keys)) != len(keys) or not all(keys):
+    raise ValueError(f"server stages need distinct, non-empty keys; got {keys}")
+  return collections.OrderedDict((s.key, s.initial_state()) for s in stages)
+
+
+def context(stages: Sequence[ServerStage], method_state, round_num: int, spec) -> Any:
+  """The round's broadcast context: each stage's under its key, in the order of the clients' context
+  `spec` (`ClientState.context_spec`)."""
+  given = {s.key: s.context(method_state[s.key], round_num) for s in stages}
+  missing = [k for k in spec if given.get(k) is None]
+  if missing:
+    raise ValueError(f"the clients' state reads the broadcast context {missing}, which no server "
+                     f"stage gives (stages: {list(given)})")
+  return collections.OrderedDict((k, given[k]) for k in spec)
+
+
+def before_optimizer(stages: Sequence[ServerStage], method_state, round_num: int, out: dict):
+  """(Update, new method state, measurements) after every stage in order."""
+  update, parts, measured = out["update"], collections.OrderedDict(), collections.OrderedDict()
+  for s in stages:
+    update, parts[s.key], m = s.before_optimizer(method_state[s.key], round_num, update, out)
+    measured.update(m)
+  return update, (parts if stages else None), measured
+
+
+def after_optimizer(stages: Sequence[ServerStage], method_state, round_num: int, old_weights: list,
+                    new_weights: list) -> list:
+  """The new global weights after every stage's `after_optimizer` in order."""
+  for s in stages:
+    new_weights = s.after_optimizer(method_state[s.key], round_num, old_weights, new_weights)
+  return new_weights
