@@ -8,7 +8,7 @@ import dataclasses
 import resource
 import statistics
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -39,7 +39,10 @@ class Scenario:
   baseline: str = "centralized"  # or "sequential".
   ssl: str = "cco"  # The clients' SSL method (tff_ssl.ssl): "cco" or "simclr".
   client_learning_rate: float = 1.0  # DCCO's (the paper's plain gradient descent at 1.0).
-  dcco_statistics: str = "current"  # DCCO: two phases, or one against the previous statistics.
+  # Further config fields of the method's (e.g. DCCO's statistics mode), as (name, value) pairs.
+  fields: tuple[tuple[str, Any], ...] = ()
+  # Whether `bin/benchmark --profile` breaks the round down into DCCO's phases (a DCCO scenario).
+  phases: bool = False
 
   def loss_fn(self) -> Callable:
     """(z1, z2) -> the scenario's within-batch SSL loss at its default hyperparameters."""
@@ -56,23 +59,24 @@ class Scenario:
         client_learning_rate=self.client_learning_rate, crop_min_scale=AUGMENT.crop_scale[0],
         blur=AUGMENT.blur, server_optimizer=SERVER_OPTIMIZER,
         server_learning_rate=SERVER_LEARNING_RATE, server_lr_schedule="constant",
-        simulation=simulation, group_size=group_size,
-        **({"dcco_statistics": self.dcco_statistics} if self.method == "dcco" else {}))
+        simulation=simulation, group_size=group_size, **dict(self.fields))
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
-    Scenario("dcco_512x1", "dcco", 512, 1),
-    Scenario("dcco_128x4", "dcco", 128, 4),
+    Scenario("dcco_512x1", "dcco", 512, 1, phases=True),
+    Scenario("dcco_128x4", "dcco", 128, 4, phases=True),
     # One-computation DCCO (--dcco_statistics=previous): the timed rounds are one phase (the first,
     # two-phase round is among the untimed warm-up ones).
-    Scenario("dcco_previous_512x1", "dcco", 512, 1, dcco_statistics="previous"),
-    Scenario("dcco_previous_128x4", "dcco", 128, 4, dcco_statistics="previous"),
+    Scenario("dcco_previous_512x1", "dcco", 512, 1, fields=(("dcco_statistics", "previous"),),
+             phases=True),
+    Scenario("dcco_previous_128x4", "dcco", 128, 4, fields=(("dcco_statistics", "previous"),),
+             phases=True),
     Scenario("fedavg_cco_128x4", "fedavg", 128, 4, client_learning_rate=0.1),
     Scenario("fedavg_simclr_cross_silo_10x64_e5", "fedavg", 10, 64, local_steps=5,
              baseline="sequential", ssl="simclr", client_learning_rate=0.1),
     # The mini DCCO table's rounds (global batch 128; run them with --model=mini, its model): the
     # small rounds where TFF's fixed cost per round weighs most.
-    Scenario("dcco_128x1", "dcco", 128, 1),
+    Scenario("dcco_128x1", "dcco", 128, 1, phases=True),
     Scenario("fedavg_cco_32x4", "fedavg", 32, 4, client_learning_rate=0.1),
 ]}
 # What `bin/benchmark` runs unless told (the mini-table scenarios are for --model=mini).

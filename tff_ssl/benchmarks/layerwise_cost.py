@@ -21,7 +21,7 @@ from tff_ssl.benchmarks.common import ratio
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import ssl_model
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.methods import depth_dropout, layerwise
+from tff_ssl.methods import layerwise
 
 
 def layerwise_costs(rows, image_shape=None, *, batch: int = 0, seed: int = 0,
@@ -50,17 +50,15 @@ def layerwise_costs(rows, image_shape=None, *, batch: int = 0, seed: int = 0,
       raise ValueError(f"{name}: its encoder has {stages} blocks, the reference's {depth}")
     depth = stages
     for s in range(1, depth + 1):
-      if isinstance(process, layerwise.LayerwiseProcess):
-        stage_model, mask = process.stage_models[s - 1], process.stage_mask(s)
-        cfg, refresh = process.stage_config(s), process.refreshes_frozen
-      else:  # End to end: the whole model in every stage.
-        stage_model, mask, cfg, refresh = model, process.mask, process.config, True
+      # A layer-wise process's stage model, or the whole model in every stage (end to end).
+      stage_model, mask, cfg, refresh = process.local_step_parts(s)
       c = cost.local_step_cost(stage_model, mask, cfg, images, memory=memory, flops=flops)
-      dropout = next((t for t in cfg.terms if isinstance(t, depth_dropout.DepthDropout)), None)
-      if flops and dropout is not None:
+      skipped = [t.skipped_blocks() for t in cfg.terms if t.skipped_blocks() is not None]
+      if flops and skipped:  # Each block skipped with probability p: the expected FLOPs.
+        keep, p = skipped[0]
         none = cost.local_step_cost(stage_model, mask, cfg, images, flops=True,
-                                    keep=(False,) * dropout.droppable_blocks)["step_flops"]
-        c["step_flops"] = int(round(none + (1 - dropout.rate) * (c["step_flops"] - none)))
+                                    keep=keep)["step_flops"]
+        c["step_flops"] = int(round(none + (1 - p) * (c["step_flops"] - none)))
       c["kept_download_bytes"] = c["download_bytes"] if refresh else c["trained_bytes"]
       # The paper's communication figures count the encoder only (the heads are common to all).
       encoder = [n.startswith(ssl_model.ENCODER_NAME + "/") for n in stage_model.names]

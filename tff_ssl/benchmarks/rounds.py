@@ -131,7 +131,7 @@ def format_table(rows: list[dict]) -> str:
 
 def profiled(scenario: Scenario) -> bool:
   """Whether `profile_grouped_dcco` can break the scenario's round down: its phases are DCCO's."""
-  return scenario.method == dcco_lib.METHOD.name
+  return scenario.phases
 
 
 def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, *,

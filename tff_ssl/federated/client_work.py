@@ -130,6 +130,12 @@ class ClientTerm:
     del reports
     return {}
 
+  def skipped_blocks(self) -> tuple[tuple[bool, ...], float] | None:
+    """Where the term makes a step skip blocks of the model at random: (the blocks' keep flags when
+    all are skipped, the probability that each is skipped); None (default): it skips nothing. A
+    step's expected cost is then linear between the two (`bin/benchmark --layerwise`)."""
+    return None
+
 
 @dataclasses.dataclass(frozen=True)
 class ClientConfig:

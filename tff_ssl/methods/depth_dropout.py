@@ -39,6 +39,9 @@ class DepthDropout(ClientTerm):
         [self.droppable_blocks], tf.random.experimental.stateless_fold_in(step_seed, KEY))
     return vit.block_keep(u >= self.rate)
 
+  def skipped_blocks(self):
+    return (False,) * self.droppable_blocks, self.rate
+
 
 def terms(rate: float, droppable_blocks: int) -> tuple[ClientTerm, ...]:
   """The depth-dropout term over `droppable_blocks` blocks (none where nothing can be dropped)."""

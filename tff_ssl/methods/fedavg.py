@@ -351,6 +351,12 @@ class FedAvgSSLProcess(common.ServerLoop):
   def initial_method_state(self):
     return server_stage_lib.initial_state(self.stages)
 
+  def local_step_parts(self, stage: int):
+    """(Model, trained-tensor mask, client config, whether the clients download the frozen tensors
+    each round) of a local step: the whole model in every stage (`bin/benchmark --layerwise`)."""
+    del stage
+    return self.model, self.mask, self.config, True
+
   def client_context(self, state: common.ServerState):
     """What the server broadcasts to the round's clients beside the weights (the client state's
     `context_spec`): each server stage's context, from its part of `state.method_state`."""

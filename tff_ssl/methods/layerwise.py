@@ -155,6 +155,12 @@ class LayerwiseProcess(GlobalModel):
     blocks)."""
     return self.fedavg_config.with_terms(*depth_dropout.terms(self.depth_dropout, stage - 1))
 
+  def local_step_parts(self, stage: int):
+    """(Model, trained-tensor mask, client config, whether the clients download the frozen tensors
+    each round) of a local step in stage `stage` (`bin/benchmark --layerwise`)."""
+    return (self.stage_models[stage - 1], self.stage_mask(stage), self.stage_config(stage),
+            self.refreshes_frozen)
+
   @property
   def refreshes_frozen(self) -> bool:
     """Whether the server changes the frozen blocks during a stage (calibration): then even a client
