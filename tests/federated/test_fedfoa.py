@@ -13,7 +13,7 @@ from tff_ssl.federated import client_state, common
 from tff_ssl.methods import fedema, fedfoa, fedssl, heterogeneous
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
-from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
+from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
 from tests import spread
 from tests.federated.test_fedssl import BYOL, SGD, byol_model
 from tests.federated.test_round_anatomy import SHAPE, clients_of
@@ -225,3 +225,11 @@ def _leaf_types(t):
   if isinstance(t, tff.TensorType):
     return [(np.dtype(t.dtype).type, tuple(t.shape))]
   return [leaf for _, member in tff.structure.iter_elements(t) for leaf in _leaf_types(member)]
+
+
+def test_config_errors_name_the_value():
+  with pytest.raises(ValueError, match="fedfoa_norm 'spectral'"):
+    FeatureCorrelationConfig(norm="spectral")
+  with pytest.raises(ValueError, match="fedfoa_bank_size must be >= 1; got 0"):
+    FeatureCorrelationConfig(bank_size=0)
+  assert FeatureCorrelationConfig(bank="merged").capacity == 1

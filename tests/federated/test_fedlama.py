@@ -13,7 +13,7 @@ import tensorflow_federated as tff
 from tff_ssl import aggregators
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import client_state, common
-from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
+from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
 from tff_ssl.methods import fedfoa, fedlama
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.client_work import ClientConfig

@@ -95,11 +95,3 @@ def test_partners_by_trace_and_the_summed_term():
   total, count = fc.alignment_loss(tf.constant(z), tf.constant(bank), valid)
   assert float(count) == 2
   assert float(total) == pytest.approx(_reference(z, bank[0]) + _reference(z, bank[2]), rel=1e-4)
-
-
-def test_config_errors_name_the_value():
-  with pytest.raises(ValueError, match="fedfoa_norm 'spectral'"):
-    fc.FeatureCorrelationConfig(norm="spectral")
-  with pytest.raises(ValueError, match="fedfoa_bank_size must be >= 1; got 0"):
-    fc.FeatureCorrelationConfig(bank_size=0)
-  assert fc.FeatureCorrelationConfig(bank="merged").capacity == 1

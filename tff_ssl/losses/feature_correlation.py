@@ -30,14 +30,15 @@ Readings of what the paper leaves open (each alternative is an option):
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
-
-from tff_ssl.config_fields import Field
 
 NORMS = ("fro", "fro_squared")
 SELECTIONS = ("trace", "all")
+
+
+def _check(name: str, value: str, choices) -> None:
+  if value not in choices:
+    raise ValueError(f"{name} {value!r} is not one of {list(choices)}")
 
 
 def correlation_r(z: tf.Tensor) -> tf.Tensor:
@@ -68,7 +69,7 @@ def _safe_sqrt(x: tf.Tensor) -> tf.Tensor:
 def reconstruction_error(z: tf.Tensor, r: tf.Tensor, norm: str = "fro") -> tf.Tensor:
   """l_A(Z, R) = ||Z - Q* R|| (Eq. 7) for each R of `r` ([..., n, n]); Q* held fixed (see the module
   docstring), so the gradient is exact."""
-  NORM.check(norm)
+  _check("norm", norm, NORMS)
   q = tf.stop_gradient(procrustes(tf.stop_gradient(z), r))
   squared = tf.reduce_sum(tf.square(z - tf.linalg.matmul(q, r)), axis=[-2, -1])
   return squared if norm == "fro_squared" else _safe_sqrt(squared)
@@ -77,7 +78,7 @@ def reconstruction_error(z: tf.Tensor, r: tf.Tensor, norm: str = "fro") -> tf.Te
 def partners(own_r: tf.Tensor, bank: tf.Tensor, valid: tf.Tensor, select: str = "trace") -> tf.Tensor:
   """Which bank entries (bank: [K, n, n]; valid: [K] bool) a client with current R `own_r` aligns to:
   valid ones, and with `select="trace"` only those of larger trace (Algorithm 1, line 19)."""
-  SELECT.check(select)
+  _check("select", select, SELECTIONS)
   if select == "all":
     return valid
   return tf.logical_and(valid, tf.linalg.trace(bank) > tf.linalg.trace(own_r))
@@ -90,56 +91,3 @@ def alignment_loss(z: tf.Tensor, bank: tf.Tensor, valid: tf.Tensor, norm: str = 
   errors = reconstruction_error(z, bank, norm)
   return (tf.reduce_sum(tf.where(chosen, errors, 0.0)),
           tf.reduce_sum(tf.cast(chosen, tf.float32)))
-
-
-BANKS = ("clients", "merged")
-
-# FedFoA's settings as config fields (`tff_ssl.methods.fedfoa` lists them; their one check).
-LAMBDA = Field("fedfoa_lambda", 0.01, "FedFoA: the weight lambda of the alignment term.", lower=0,
-               open_lower=True)
-WARMUP = Field("fedfoa_warmup", 5, "FedFoA: rounds before the term starts.", lower=0)
-NORM = Field("fedfoa_norm", "fro", "FedFoA: ||Z - Q* R_j|| as the Frobenius norm (fro) or its "
-             "square.", choices=NORMS)
-SELECT = Field("fedfoa_select", "trace", "FedFoA: align to the bank's entries with a larger trace "
-               "than the client's R (the paper's Algorithm 1) or to all.", choices=SELECTIONS)
-BANK = Field("fedfoa_bank", "clients", "FedFoA: the server's bank holds each client's newest R "
-             "(clients) or one mean R (merged).", choices=BANKS)
-BANK_SIZE = Field("fedfoa_bank_size", 0, "FedFoA: entries of the clients bank (0: the clients per "
-                  "round).", lower=0)
-
-
-@dataclasses.dataclass(frozen=True)
-class FeatureCorrelationConfig:
-  """FedFoA's settings (the paper's defaults).
-
-  weight: lambda, the term's weight in the client's loss (0.01).
-  warmup: t_warm, the rounds before the term starts (5; Algorithm 1: rounds t > t_warm, counted from
-    1); the bank is filled from the first round on.
-  norm, select: see the module docstring.
-  bank: "clients" (default; Algorithm 1: the newest R of each of the other clients, client i leaving
-    its own entry out) or "merged" (one entry, the mean of the last round's R's, own included).
-  bank_size: the "clients" bank's capacity K: the K clients that published most recently (a
-    returning client replaces its own entry). With every client in every round (the paper's
-    cross-silo setting) and K = the clients per round, this is exactly R_{t-1}^j for every j.
-  """
-
-  weight: float = 0.01
-  warmup: int = 5
-  norm: str = "fro"
-  select: str = "trace"
-  bank: str = "clients"
-  bank_size: int = 10
-
-  def __post_init__(self):
-    LAMBDA.check(self.weight)
-    WARMUP.check(self.warmup)
-    NORM.check(self.norm)
-    SELECT.check(self.select)
-    BANK.check(self.bank)
-    if self.bank_size < 1:  # Resolved: the config's 0 is the clients per round.
-      raise ValueError(f"fedfoa_bank_size must be >= 1; got {self.bank_size}")
-
-  @property
-  def capacity(self) -> int:
-    """Entries the server's bank holds."""
-    return 1 if self.bank == "merged" else self.bank_size

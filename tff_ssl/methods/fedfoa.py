@@ -42,7 +42,60 @@ from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.federated.server_stage import ServerStage
 from tff_ssl.losses import feature_correlation
-from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
+
+BANKS = ("clients", "merged")
+
+# FedFoA's settings as config fields (their one check).
+LAMBDA = Field("fedfoa_lambda", 0.01, "FedFoA: the weight lambda of the alignment term.", lower=0,
+               open_lower=True)
+WARMUP = Field("fedfoa_warmup", 5, "FedFoA: rounds before the term starts.", lower=0)
+NORM = Field("fedfoa_norm", "fro", "FedFoA: ||Z - Q* R_j|| as the Frobenius norm (fro) or its "
+             "square.", choices=feature_correlation.NORMS)
+SELECT = Field("fedfoa_select", "trace", "FedFoA: align to the bank's entries with a larger trace "
+               "than the client's R (the paper's Algorithm 1) or to all.",
+               choices=feature_correlation.SELECTIONS)
+BANK = Field("fedfoa_bank", "clients", "FedFoA: the server's bank holds each client's newest R "
+             "(clients) or one mean R (merged).", choices=BANKS)
+BANK_SIZE = Field("fedfoa_bank_size", 0, "FedFoA: entries of the clients bank (0: the clients per "
+                  "round).", lower=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureCorrelationConfig:
+  """FedFoA's settings (the paper's defaults).
+
+  weight: lambda, the term's weight in the client's loss (0.01).
+  warmup: t_warm, the rounds before the term starts (5; Algorithm 1: rounds t > t_warm, counted from
+    1); the bank is filled from the first round on.
+  norm, select: see the module docstring.
+  bank: "clients" (default; Algorithm 1: the newest R of each of the other clients, client i leaving
+    its own entry out) or "merged" (one entry, the mean of the last round's R's, own included).
+  bank_size: the "clients" bank's capacity K: the K clients that published most recently (a
+    returning client replaces its own entry). With every client in every round (the paper's
+    cross-silo setting) and K = the clients per round, this is exactly R_{t-1}^j for every j.
+  """
+
+  weight: float = 0.01
+  warmup: int = 5
+  norm: str = "fro"
+  select: str = "trace"
+  bank: str = "clients"
+  bank_size: int = 10
+
+  def __post_init__(self):
+    LAMBDA.check(self.weight)
+    WARMUP.check(self.warmup)
+    NORM.check(self.norm)
+    SELECT.check(self.select)
+    BANK.check(self.bank)
+    if self.bank_size < 1:  # Resolved: the config's 0 is the clients per round.
+      raise ValueError(f"fedfoa_bank_size must be >= 1; got {self.bank_size}")
+
+  @property
+  def capacity(self) -> int:
+    """Entries the server's bank holds."""
+    return 1 if self.bank == "merged" else self.bank_size
+
 
 EMPTY = -1  # A bank slot no client has filled.
 MERGED = -2  # The merged bank's one entry: nobody's own, so no client leaves it out.
@@ -272,8 +325,7 @@ def feature_correlation_config(config) -> FeatureCorrelationConfig:
 # The fields of FedFoA's term, read by the methods it goes with.
 FEDFOA = Field("fedfoa", False, "FedBYOL/FedU/FedEMA, FedLAMA and heterogeneous clients: add FedFoA's "
                "feature-correlation alignment to the clients' loss (tff_ssl/methods/fedfoa.py).")
-FIELDS = (FEDFOA, feature_correlation.LAMBDA, feature_correlation.WARMUP, feature_correlation.NORM,
-          feature_correlation.SELECT, feature_correlation.BANK, feature_correlation.BANK_SIZE)
+FIELDS = (FEDFOA, LAMBDA, WARMUP, NORM, SELECT, BANK, BANK_SIZE)
 
 
 def stages(config) -> tuple[ServerStage, ...]:

@@ -43,7 +43,7 @@ from tff_ssl.federated import client_work, common, grouping, round_parts, server
 from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.losses.feature_correlation import FeatureCorrelationConfig
+from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
 from tff_ssl.config_fields import Field
 from tff_ssl.method import FEDERATED_FIELDS, Method
 
