@@ -130,6 +130,8 @@ class _ExperimentConfig:
   """
 
   def __post_init__(self):
+    # The method's registry entry, resolved once: the run layer reads it as `method_entry`.
+    object.__setattr__(self, "_method_entry", methods.get(self.method))
     # Each field's own rule (bounds, choices, finite numbers), from its declaration.
     for spec in config_fields.specs(type(self)):
       value = spec.normalize(getattr(self, spec.name))
@@ -161,14 +163,19 @@ class _ExperimentConfig:
                        f"{self.projector[-1]}; got {list(self.predictor)}")
     data_lib.PARTITIONS[self.partition].check(self)
     if self.head_norm == "batch":
-      refusal = methods.get(self.method).no_batch_heads
+      refusal = self.method_entry.no_batch_heads
       if refusal:
         raise ValueError(f"--head_norm=batch: {refusal}; use --head_norm=group")
       if self.local_batch_size == 1:
         raise ValueError("--head_norm=batch needs >= 2 images in a client's batch for its "
                          "statistics; got local_batch_size=1 (raise it, or use --head_norm=group)")
     # The method's own rules, where its typed sub-configs are built (once).
-    methods.get(self.method).check(self)
+    self.method_entry.check(self)
+
+  @property
+  def method_entry(self) -> methods.Method:
+    """The registry entry of `method` (`tff_ssl.methods`), resolved when the config was made."""
+    return self._method_entry
 
   @property
   def predictor_sizes(self) -> tuple[int, ...]:
@@ -177,7 +184,7 @@ class _ExperimentConfig:
   def check_fields_for_method(self, fields_set: set[str] | list[str]) -> None:
     """Raises ValueError if a field in `fields_set` is one `self.method` (with `self.ssl`) does not
     read."""
-    method = methods.get(self.method)
+    method = self.method_entry
     own = method.reads(self)
     stray = sorted(f for f in fields_set if f in method_specific_fields() and f not in own)
     if stray and method.no_privacy and stray[0] in privacy_lib.FIELD_NAMES:
@@ -288,7 +295,7 @@ def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progre
     models.resnet.check_pool_grid(config.encoder, train.image_shape[0], config.pool_grid,
                                   small_input=train.image_shape[0] <= 64,
                                   stem_stride=config.stem_stride)
-  kind = methods.get(config.method).kind
+  kind = config.method_entry.kind
   if kind == "supervised":
     return _run_supervised(config, train, test, output_dir, results_path)
   pretrain_run = runner.run_federated if kind == "federated" else _run_centralized
@@ -437,7 +444,7 @@ def load_config(run_dir: str) -> ExperimentConfig:
 def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
   """The config and the pretrained Keras encoder of a run folder (its latest checkpoint)."""
   config = load_config(run_dir)
-  method = methods.get(config.method)
+  method = config.method_entry
   if method.kind == "supervised":
     raise ValueError(f"{run_dir} is a supervised baseline run; it has no pretrained encoder")
   manager = tff.program.FileProgramStateManager(os.path.join(run_dir, "checkpoints"))

@@ -1,17 +1,19 @@
 """A federated pretraining run: partition, sample clients, run rounds, checkpoint, resume, evaluate.
 
-Program state (server state after each round) goes through `tff.program.FileProgramStateManager`
-(`<run>/checkpoints`); per-round metrics through `tff.program` release managers to `<run>/metrics.csv`
-and TensorBoard (`<run>/tensorboard`); each round's wall time and resident memory (this process and the
-TFF worker) to `<run>/resources.csv`, kept apart because they vary between machines. A rerun with the same output folder and the same hyperparameters
-resumes after the latest checkpoint; since client sampling and augmentations are functions of
-(seed, round), the resumed run ends where the uninterrupted one would.
+`run_federated` wires the run; `run_rounds` is its loop, and what each round's results go to is an
+observer (`tff_ssl.observers`): program state (server state and the released metrics, after each
+`--checkpoint_every` rounds) through `tff.program.FileProgramStateManager` (`<run>/checkpoints`);
+per-round metrics through `tff.program` release managers to `<run>/metrics.csv` and TensorBoard
+(`<run>/tensorboard`); each round's wall time and resident memory (this process and the TFF worker)
+to `<run>/resources.csv`, kept apart because they vary between machines. A rerun with the same output
+folder and the same hyperparameters resumes after the latest checkpoint; since client sampling and
+augmentations are functions of (seed, round), the resumed run ends where the uninterrupted one would.
+The method's registry entry is resolved once, when the config is made (`config.method_entry`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import csv
 import os
 import sys
@@ -22,16 +24,14 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import evaluation, methods, rundir, runtime
-from tff_ssl import privacy as privacy_lib
+from tff_ssl import evaluation, rundir, runtime
+from tff_ssl import observers as observers_lib
 from tff_ssl import data as data_lib
-from tff_ssl import progress as progress_lib
 from tff_ssl.data.client_data import PartitionedClientData
 from tff_ssl.federated import client_state, common, ssl_model
 from tff_ssl.federated import process as process_lib
 from tff_ssl.federated.common import ServerState
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.privacy import accounting
 
 ENCODER_NAME = ssl_model.ENCODER_NAME
 ssl_model_builder = ssl_model.ssl_model_builder
@@ -43,9 +43,9 @@ def build_process(config, model: FunctionalModel, image_shape, auxiliary=None):
   train, e.g. to read a checkpoint). Rounds across workers (`runtime.configured_workers`) run
   under TFF's mergeable execution (`process.BuildContext.mergeable`)."""
   context = process_lib.BuildContext(
-      auxiliary=auxiliary if methods.get(config.method).auxiliary else None,
+      auxiliary=auxiliary if config.method_entry.auxiliary else None,
       mergeable=bool(runtime.configured_workers()))
-  return process_lib.check(methods.get(config.method).build(config, model, image_shape, context))
+  return process_lib.check(config.method_entry.build(config, model, image_shape, context))
 
 
 def auxiliary_split(config, num_images: int) -> tuple[np.ndarray, np.ndarray]:
@@ -54,7 +54,7 @@ def auxiliary_split(config, num_images: int) -> tuple[np.ndarray, np.ndarray]:
   `auxiliary_fraction` of the images, drawn from the seed, goes to the server and to no client;
   otherwise every image is the clients'."""
   everything = np.arange(num_images)
-  if not methods.get(config.method).auxiliary:
+  if not config.method_entry.auxiliary:
     return everything, everything[:0]
   k = int(round(config.auxiliary_fraction * num_images))
   if not 2 <= k < num_images:
@@ -78,7 +78,7 @@ def partition(config, train: data_lib.ImageSet):
 def min_samples_per_client(config) -> int:
   """Fewest images a client of this run's method can train on (within-client losses need 2, and so
   do batch-statistics heads)."""
-  need = methods.get(config.method).min_samples(config)
+  need = config.method_entry.min_samples(config)
   return max(need, 2) if getattr(config, "head_norm", "group") == "batch" else need
 
 
@@ -88,12 +88,6 @@ def _partition(config, train: data_lib.ImageSet):
 
 
 keras_encoder = ssl_model.keras_encoder
-
-
-def _evaluate(encoders, evaluate) -> tuple[float, dict[str, float]]:
-  """(the mean of `evaluate(encoder)` over `encoders`, each label's value)."""
-  values = {label: float(evaluate(encoder)) for label, encoder in encoders}
-  return float(np.mean(list(values.values()))), values
 
 
 def _setup(config, train: data_lib.ImageSet, clients_rows):
@@ -130,20 +124,36 @@ def trajectory(config, train: data_lib.ImageSet, rounds: int
     yield r, model, [np.asarray(w) for w in state.weights], metrics
 
 
-class CSVReleaseManager(tff.program.CSVFileReleaseManager):
-  """TFF's CSV release manager without a rewrite of the whole file on every release.
+def check_samples(config) -> None:
+  """ValueError where a fixed-size partition gives clients fewer images than the method needs."""
+  need = min_samples_per_client(config)
+  if data_lib.PARTITIONS[config.partition].fixed_size and config.samples_per_client < need:
+    why = ("its batch-statistics heads (--head_norm=batch)"
+           if need > config.method_entry.min_samples(config) else "its within-client loss")
+    raise ValueError(f"{config.method} with --ssl={config.ssl} needs >= {need} samples per client "
+                     f"for {why}; got samples_per_client={config.samples_per_client}. Use dcco"
+                     f"{' or --head_norm=group' if 'heads' in why else ''}")
 
-  TFF 0.87's `release(value, key)` first removes the rows with keys >= `key`; its early return for
-  "nothing to remove" tests `key - 1 > latest key`, so releasing round r after round r - 1 reads and
-  rewrites every row so far: O(rounds^2) over a run, 5 ms a release at 1,000 rows (two CSVs a round:
-  a third of a mini DCCO round). Here nothing is read when no row can have a larger key; a resumed
-  run releasing an earlier round still drops the later rows (TFF's path).
-  """
 
-  async def _remove_values_greater_than_key(self, key: int) -> None:
-    if self._latest_key is None or key >= self._latest_key:
-      return
-    await super()._remove_values_greater_than_key(key)
+def run_rounds(process, state: ServerState, rounds: int, round_clients, store,
+               observers: list[observers_lib.Observer], guard) -> ServerState:
+  """Rounds from `state` until `rounds` are done, each observed (`observers`: module docstring);
+  `guard(r)` wraps round r's training (`observers.worker_guard`). Returns the last state."""
+  try:
+    while state.round_num < rounds:
+      r = state.round_num
+      for o in observers:
+        o.before_round(r)
+      ids, clients = round_clients(r)
+      with guard(r):
+        state, metrics = process.next(state, clients, client_ids=ids, store=store)
+      released = {"loss": np.float32(metrics["loss"])}
+      for o in observers:
+        o.after_round(r, state, metrics, released)
+  finally:
+    for o in observers:
+      o.close()
+  return state
 
 
 def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, output_dir: str, *,
@@ -151,127 +161,78 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
                   ) -> tuple[dict[str, Any], list[tuple[str, tf.keras.Model]]]:
   """Runs (or resumes) federated pretraining per `config`; returns the results and the (label,
   encoder) pairs it evaluated (`process.encoders`)."""
-  need = min_samples_per_client(config)
-  if data_lib.PARTITIONS[config.partition].fixed_size and config.samples_per_client < need:
-    why = ("its batch-statistics heads (--head_norm=batch)"
-           if need > methods.get(config.method).min_samples(config) else "its within-client loss")
-    raise ValueError(f"{config.method} with --ssl={config.ssl} needs >= {need} samples per client "
-                     f"for {why}; got samples_per_client={config.samples_per_client}. Use dcco"
-                     f"{' or --head_norm=group' if 'heads' in why else ''}")
+  method = config.method_entry
+  check_samples(config)
   clients_rows = partition(config, train)  # Raises ValueError before anything is written.
-  hparams = rundir.hparams_json(config)
-  hparams_path = os.path.join(output_dir, "hparams.json")
-  rundir.check_creatable(output_dir)
-  if os.path.exists(hparams_path):
-    rundir.lock(output_dir)  # Before the checks below: another run may be writing it.
-    _check_resumable(hparams_path, config, output_dir)
-  builder, model, process, round_clients = _setup(config, train, clients_rows)
-
+  _open_run_folder(config, output_dir)
+  _, model, process, round_clients = _setup(config, train, clients_rows)
   rundir.create(output_dir)
-  rundir.write_atomic(hparams_path, hparams)
+  rundir.write_atomic(os.path.join(output_dir, "hparams.json"), rundir.hparams_json(config))
   state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
                                                       keep_total=2)
+  state, history, store = _restore(process, state_manager, output_dir)
+  ledger = observers_lib.privacy_ledger(config)
+  watch = ([observers_lib.FiniteLoss(method.hint(config), output_dir, state_manager)] +
+           ([observers_lib.WeightNorms(model)] if config.measure_weight_norms else []) +
+           ([ledger] if ledger is not None else []) + [
+               observers_lib.Evaluator(config, process, store, train, test),
+               observers_lib.MetricSinks(output_dir, history),
+               observers_lib.Resources(output_dir, store),
+               observers_lib.Checkpoints(state_manager, history, store, config.checkpoint_every,
+                                         config.rounds),
+               observers_lib.ProgressBar(config.rounds, state.round_num, progress)])
+  start = time.perf_counter()
+  state = run_rounds(process, state, config.rounds, round_clients, store, watch,
+                     lambda r: observers_lib.worker_guard(r, state_manager))
+  evaluated, encoders = final_evaluation(config, process, state, store, train, test,
+                                         random_init_baseline)
+  results = {"method": config.method, "dataset": config.dataset, "rounds": config.rounds,
+             "final_loss": _read_last_loss(os.path.join(output_dir, "metrics.csv")),
+             "linear_probe_label_fraction": config.eval_label_fraction, **evaluated}
+  if ledger is not None:
+    results.update(ledger.summary())
+  results["seconds"] = round(time.perf_counter() - start, 1)
+  return results, encoders
+
+
+def _open_run_folder(config, output_dir: str) -> None:
+  """Checks that `output_dir` can hold the run: new, or a run of the same settings to resume (then
+  locked first: another run may be writing it)."""
+  rundir.check_creatable(output_dir)
+  hparams_path = os.path.join(output_dir, "hparams.json")
+  if os.path.exists(hparams_path):
+    rundir.lock(output_dir)
+    _check_resumable(hparams_path, config, output_dir)
+
+
+def _restore(process, state_manager, output_dir: str):
+  """(The server state to start from, the released metrics so far, the client-state store): the
+  newest readable checkpoint's, else the initial ones. The CSVs are cut back to what the checkpoint
+  covers (no partial row, no round it does not hold), and the store forgets what later rounds
+  wrote."""
   state = process.initialize()
   loaded = load_newest_readable(state_manager, program_state(state, []))
   history = []  # The rounds' released metrics (`RELEASED`), checkpointed with the state.
   if loaded is not None:
     state, history = ServerState.from_program_state(loaded), list(loaded["metrics"])
-  # The CSVs say what the checkpoint covers: no partial row, no round it does not hold.
   restore_metrics(os.path.join(output_dir, "metrics.csv"), history)
   for name in ("resources.csv", "aggregation.csv"):
     truncate_csv(os.path.join(output_dir, name), state.round_num)
-  csv_release = CSVReleaseManager(os.path.join(output_dir, "metrics.csv"),
-                                                  key_fieldname="round")
-  tb_release = tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard"))
-  # Wall time and memory per round: machine-dependent, so apart from the reproducible metrics.csv.
-  resources_release = CSVReleaseManager(os.path.join(output_dir, "resources.csv"),
-                                                        key_fieldname="round")
-  # The aggregation strategy's measurements (per-layer divergences, weights): many columns.
-  aggregation_release = CSVReleaseManager(
-      os.path.join(output_dir, "aggregation.csv"), key_fieldname="round")
-  # Client states live on disk; a resumed run forgets what rounds after its checkpoint wrote.
   store = (client_state.DiskClientStateStore(os.path.join(output_dir, "client_states"))
            if process.keeps_client_state else None)
   if store is not None:
     store.rollback(state.round_num)
-  probe, knn = config.probe_config(), config.knn_config()
-  ledger = privacy_ledger(config)
-  start = time.perf_counter()
-  bar = progress_lib.bar(config.rounds, desc="rounds", unit="round", initial=state.round_num,
-                         enabled=progress)
-  try:
-    while state.round_num < config.rounds:
-      r = state.round_num
-      round_start = time.perf_counter()
-      ids, clients = round_clients(r)
-      try:
-        state, metrics = process.next(state, clients, client_ids=ids, store=store)
-      except Exception as e:  # pylint: disable=broad-except
-        # A remote worker that died: one line naming it (and what to do), not a gRPC traceback.
-        down = (runtime.workers_down(runtime.configured_workers())
-                if runtime.configured_workers() else [])
-        if not down and not isinstance(e, runtime.WorkerUnavailableError):
-          raise
-        kept = asyncio.run(state_manager.get_versions())
-        which = f"worker {', '.join(down)} stopped answering" if down else str(e)
-        raise runtime.WorkerUnavailableError(
-            f"round {r}: {which}; restart it (bin/worker) and rerun the same command to resume from "
-            f"{f'the checkpoint of round {max(kept)}' if kept else 'the start'}") from None
-      if not np.isfinite(metrics["loss"]):
-        kept = asyncio.run(state_manager.get_versions())
-        kept = f"its checkpoint of round {max(kept)} is kept" if kept else "it has no checkpoint"
-        raise FloatingPointError(
-            f"round {r}: loss became {metrics['loss']}; {methods.get(config.method).hint(config)} "
-            f"in a new --output_dir ({output_dir}: {kept})")
-      if config.measure_weight_norms and len(state.weights) == len(model.names):
-        metrics["aggregation"] = collections.OrderedDict(
-            list((metrics.get("aggregation") or {}).items()) +
-            list(common.kernel_norms(model.names, model.initial_weights, state.weights).items()))
-      released = {"loss": np.float32(metrics["loss"])}
-      if ledger is not None:
-        released["epsilon"] = np.float32(ledger.after_round(r, metrics.pop("dp_events")))
-      if config.eval_every and (r + 1) % config.eval_every == 0 and r + 1 < config.rounds:
-        released["linear_probe_accuracy"] = np.float32(_evaluate(
-            process.encoders(state, store),
-            lambda e: evaluation.linear_probe(e, train, test, probe))[0])
-      if config.knn_every and (r + 1) % config.knn_every == 0 and r + 1 < config.rounds:
-        released["knn_accuracy"] = np.float32(_evaluate(
-            process.encoders(state, store),
-            lambda e: evaluation.knn_monitor(e, train, test, knn))[0])
-      round_seconds = time.perf_counter() - round_start
-      asyncio.run(csv_release.release(released, key=r))
-      history.append([released.get(k, np.nan) for k in RELEASED])
-      asyncio.run(tb_release.release(released, key=r))
-      if metrics.get("aggregation"):
-        asyncio.run(aggregation_release.release(metrics["aggregation"], key=r))
-        asyncio.run(tb_release.release({"aggregation": metrics["aggregation"]}, key=r))
-      own_mb, worker_mb = runtime.resident_memory_mb()
-      resources = {"round_seconds": np.float32(round_seconds), "rss_mb": np.float32(own_mb),
-                   "worker_rss_mb": np.float32(worker_mb)}
-      if store is not None:
-        resources["client_states_mb"] = np.float32(store.disk_bytes() / 2**20)
-      asyncio.run(resources_release.release(resources, key=r))
-      if state.round_num % config.checkpoint_every == 0 or state.round_num == config.rounds:
-        asyncio.run(state_manager.save(program_state(state, history), version=state.round_num))
-        if store is not None:  # Versions no kept checkpoint needs.
-          store.prune(min(asyncio.run(state_manager.get_versions()) or [state.round_num]))
-      bar.update(1)
-      postfix = {"loss": f"{metrics['loss']:.2f}"}
-      if ledger is not None:
-        postfix["eps"] = f"{released['epsilon']:.2f}"
-      bar.set_postfix(**postfix)
-  finally:
-    bar.close()
-  # One encoder (the global model's), or one per heterogeneous architecture: their mean, and each.
+  return state, history, store
+
+
+def final_evaluation(config, process, state, store, train, test, random_init_baseline: bool):
+  """(The results' evaluations: the linear probe, and k-NN where the run monitors it, of the
+  process's encoders after the rounds and at initialization; the encoders). One encoder (the global
+  model's), or one per heterogeneous architecture: their mean, and each."""
   encoders = process.encoders(state, store)
   initial = process.encoders(None, store) if random_init_baseline else []
-  results = {
-      "method": config.method,
-      "dataset": config.dataset,
-      "rounds": config.rounds,
-      "final_loss": _read_last_loss(os.path.join(output_dir, "metrics.csv")),
-      "linear_probe_label_fraction": config.eval_label_fraction,
-  }
+  probe, knn = config.probe_config(), config.knn_config()
+  results = {}
   evaluations = [("linear_probe", lambda e: evaluation.linear_probe(e, train, test, probe))]
   if config.knn_every:
     evaluations.append(("knn", lambda e: evaluation.knn_monitor(e, train, test, knn)))
@@ -279,58 +240,17 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
     for which, chosen in (("pretrained", encoders), ("random_init", initial)):
       if not chosen:
         continue
-      mean, each = _evaluate(chosen, evaluate)
+      mean, each = observers_lib.mean_of(chosen, evaluate)
       results[f"{name}_accuracy_{which}"] = mean
       if len(chosen) > 1:
         results[f"{name}_accuracy_{which}_each"] = each
-
-  if ledger is not None:
-    results.update(ledger.summary())
-  results["seconds"] = round(time.perf_counter() - start, 1)
   return results, encoders
 
 
-class PrivacyLedger:
-  """A DP run's accounting: each round's releases (the events its process reports, as TFF's DP
-  factory records them) composed under the run's client sampling (fixed-size, without replacement:
-  `tff.simulation.build_uniform_sampling_fn`), epsilon at delta = 1 / population after every round
-  (`privacy.accounting`). A resumed run's earlier rounds ran the same mechanism: they enter the
-  ledger with the first round it runs."""
-
-  def __init__(self, config):
-    self.config = config
-    self.privacy = privacy_lib.from_config(config)
-    self.ledger = accounting.Ledger(self.privacy.delta, "fixed")
-    self.noise_multipliers: list[float] = []
-
-  def after_round(self, round_num: int, events) -> float:
-    event = accounting.sampled_round(events, self.config.num_clients,
-                                     self.config.clients_per_round, "fixed")
-    self.ledger.add(event, count=round_num + 1 - sum(self.ledger.rounds.values()))
-    self.noise_multipliers = [float(getattr(e, "noise_multiplier", np.nan)) for e in events]
-    return self.ledger.epsilon()
-
-  def summary(self) -> dict:
-    return {"dp": self.config.dp, "epsilon": self.ledger.epsilon(), "delta": self.privacy.delta,
-            "dp_noise_multiplier": self.noise_multipliers[0] if self.noise_multipliers else None,
-            "dp_rounds": sum(self.ledger.rounds.values())}
-
-
-def privacy_ledger(config) -> PrivacyLedger | None:
-  """The run's `PrivacyLedger`, where it runs with --dp."""
-  return PrivacyLedger(config) if getattr(config, "dp", "off") != "off" else None
-
-
-# What metrics.csv holds per round; each checkpoint holds them too (`program_state`), so a resumed
-# run writes back exactly the rounds its checkpoint covers (`restore_metrics`).
-RELEASED = ("loss", "linear_probe_accuracy", "knn_accuracy", "epsilon")
-
-
-def program_state(state: ServerState, history) -> dict[str, Any]:
-  """What a checkpoint holds: the server state and the released metrics of every round so far (a
-  [rounds, len(RELEASED)] float32 array; NaN where a round released no such value)."""
-  return dict(state.to_program_state(),
-              metrics=np.asarray(history, np.float32).reshape(-1, len(RELEASED)))
+# The run's observers' parts that other modules use by these names.
+CSVReleaseManager = observers_lib.CSVReleaseManager
+PrivacyLedger, privacy_ledger = observers_lib.PrivacyLedger, observers_lib.privacy_ledger
+RELEASED, program_state = observers_lib.RELEASED, observers_lib.program_state
 
 
 def restore_metrics(path: str, history) -> None:
@@ -442,7 +362,7 @@ def load_encoder(config, image_shape, manager) -> tf.keras.Model:
 
 def _divergence_hint(config) -> str:
   """What to try when a run's loss became NaN or infinite (the method's hint)."""
-  return methods.get(config.method).hint(config)
+  return config.method_entry.hint(config)
 
 
 def _read_last_loss(path: str) -> float:

@@ -86,7 +86,7 @@ class Row:
 
   @property
   def method(self) -> methods.Method:
-    return methods.get(self.config.method)
+    return self.config.method_entry
 
   @property
   def federated(self) -> bool:

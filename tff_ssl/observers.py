@@ -1,0 +1,264 @@
+"""What watches a federated run's rounds (`runner.run_rounds`), in the manner of
+`tff.learning.programs.train_model`: the loop trains, each observer does one thing with each round.
+
+    before_round(r)                          before round r's clients train (timing)
+    after_round(r, state, metrics, released) after it: `state` the new server state, `metrics` what
+                                             the process returned, `released` what goes to
+                                             metrics.csv (an observer may add to it: epsilon, a probe)
+    close()                                  on every exit, normal or not
+
+The run's observers, in their order (`runner.run_federated`): `FiniteLoss` (stops on a NaN loss with
+the method's hint), `WeightNorms`, `PrivacyLedger` (epsilon after each round), `Evaluator` (periodic
+linear probe and k-NN), `MetricSinks` (metrics.csv, TensorBoard, aggregation.csv), `Resources`
+(resources.csv: wall time and memory, apart because they vary between machines), `Checkpoints`
+(program state and the client-state store), `ProgressBar`. `worker_guard` turns a remote worker that
+stopped answering into one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import time
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_ssl import evaluation, runtime
+from tff_ssl import privacy as privacy_lib
+from tff_ssl import progress as progress_lib
+from tff_ssl.federated import common
+from tff_ssl.privacy import accounting
+
+# What metrics.csv holds per round; each checkpoint holds them too (`Checkpoints.program_state`), so
+# a resumed run writes back exactly the rounds its checkpoint covers (`runner.restore_metrics`).
+RELEASED = ("loss", "linear_probe_accuracy", "knn_accuracy", "epsilon")
+
+
+class Observer:
+  """One thing done with each round (module docstring). Subclasses override what they use."""
+
+  def before_round(self, round_num: int) -> None:
+    del round_num
+
+  def after_round(self, round_num: int, state, metrics: dict, released: dict) -> None:
+    del round_num, state, metrics, released
+
+  def close(self) -> None:
+    pass
+
+
+class CSVReleaseManager(tff.program.CSVFileReleaseManager):
+  """TFF's CSV release manager without a rewrite of the whole file on every release.
+
+  TFF 0.87's `release(value, key)` first removes the rows with keys >= `key`; its early return for
+  "nothing to remove" tests `key - 1 > latest key`, so releasing round r after round r - 1 reads and
+  rewrites every row so far: O(rounds^2) over a run, 5 ms a release at 1,000 rows (two CSVs a round:
+  a third of a mini DCCO round). Here nothing is read when no row can have a larger key; a resumed
+  run releasing an earlier round still drops the later rows (TFF's path).
+  """
+
+  async def _remove_values_greater_than_key(self, key: int) -> None:
+    if self._latest_key is None or key >= self._latest_key:
+      return
+    await super()._remove_values_greater_than_key(key)
+
+
+def kept_checkpoint(state_manager) -> str:
+  """Which checkpoint a rerun resumes from, in words."""
+  kept = asyncio.run(state_manager.get_versions())
+  return f"the checkpoint of round {max(kept)}" if kept else "the start"
+
+
+@contextlib.contextmanager
+def worker_guard(round_num: int, state_manager):
+  """Round `round_num`'s training: a remote worker that died becomes one line naming it and what to
+  do (`runtime.WorkerUnavailableError`), not a gRPC traceback; anything else passes through."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except
+    down = (runtime.workers_down(runtime.configured_workers())
+            if runtime.configured_workers() else [])
+    if not down and not isinstance(e, runtime.WorkerUnavailableError):
+      raise
+    which = f"worker {', '.join(down)} stopped answering" if down else str(e)
+    raise runtime.WorkerUnavailableError(
+        f"round {round_num}: {which}; restart it (bin/worker) and rerun the same command to resume "
+        f"from {kept_checkpoint(state_manager)}") from None
+
+
+class FiniteLoss(Observer):
+  """Stops the run where a round's loss is NaN or infinite: FloatingPointError with the method's
+  hint (`hint`) and the checkpoint kept."""
+
+  def __init__(self, hint: str, output_dir: str, state_manager):
+    self.hint, self.output_dir, self.state_manager = hint, output_dir, state_manager
+
+  def after_round(self, round_num, state, metrics, released):
+    if not np.isfinite(metrics["loss"]):
+      kept = asyncio.run(self.state_manager.get_versions())
+      kept = f"its checkpoint of round {max(kept)} is kept" if kept else "it has no checkpoint"
+      raise FloatingPointError(f"round {round_num}: loss became {metrics['loss']}; {self.hint} in "
+                               f"a new --output_dir ({self.output_dir}: {kept})")
+
+
+class WeightNorms(Observer):
+  """Each kernel's norm relative to its initialization, added to the round's aggregation.csv
+  (`--measure_weight_norms`; a process with one global model)."""
+
+  def __init__(self, model):
+    self.model = model
+
+  def after_round(self, round_num, state, metrics, released):
+    if len(state.weights) == len(self.model.names):
+      metrics["aggregation"] = collections.OrderedDict(
+          list((metrics.get("aggregation") or {}).items()) +
+          list(common.kernel_norms(self.model.names, self.model.initial_weights,
+                                   state.weights).items()))
+
+
+class PrivacyLedger(Observer):
+  """A DP run's accounting: each round's releases (the events its process reports, as TFF's DP
+  factory records them) composed under the run's client sampling (fixed-size, without replacement:
+  `tff.simulation.build_uniform_sampling_fn`), epsilon at delta = 1 / population after every round
+  (`privacy.accounting`), released as `epsilon`. A resumed run's earlier rounds ran the same
+  mechanism: they enter the ledger with the first round it runs."""
+
+  def __init__(self, config):
+    self.config = config
+    self.privacy = privacy_lib.from_config(config)
+    self.ledger = accounting.Ledger(self.privacy.delta, "fixed")
+    self.noise_multipliers: list[float] = []
+
+  def after_round(self, round_num, state, metrics, released):
+    released["epsilon"] = np.float32(self.add(round_num, metrics.pop("dp_events")))
+
+  def add(self, round_num: int, events) -> float:
+    """Epsilon after round `round_num`, whose releases were `events`."""
+    event = accounting.sampled_round(events, self.config.num_clients,
+                                     self.config.clients_per_round, "fixed")
+    self.ledger.add(event, count=round_num + 1 - sum(self.ledger.rounds.values()))
+    self.noise_multipliers = [float(getattr(e, "noise_multiplier", np.nan)) for e in events]
+    return self.ledger.epsilon()
+
+  def summary(self) -> dict:
+    return {"dp": self.config.dp, "epsilon": self.ledger.epsilon(), "delta": self.privacy.delta,
+            "dp_noise_multiplier": self.noise_multipliers[0] if self.noise_multipliers else None,
+            "dp_rounds": sum(self.ledger.rounds.values())}
+
+
+def privacy_ledger(config) -> PrivacyLedger | None:
+  """The run's `PrivacyLedger`, where it runs with --dp."""
+  return PrivacyLedger(config) if getattr(config, "dp", "off") != "off" else None
+
+
+def mean_of(encoders, evaluate) -> tuple[float, dict[str, float]]:
+  """(the mean of `evaluate(encoder)` over (label, encoder) pairs, each label's value)."""
+  values = {label: float(evaluate(encoder)) for label, encoder in encoders}
+  return float(np.mean(list(values.values()))), values
+
+
+class Evaluator(Observer):
+  """The periodic linear probe (`--eval_every`) and k-NN monitor (`--knn_every`) of the process's
+  encoders, released as `linear_probe_accuracy` and `knn_accuracy` (not after the last round: the
+  run's final evaluation covers it)."""
+
+  def __init__(self, config, process, store, train, test):
+    self.config, self.process, self.store = config, process, store
+    probe, knn = config.probe_config(), config.knn_config()
+    self.evaluations = (
+        ("linear_probe_accuracy", config.eval_every,
+         lambda e: evaluation.linear_probe(e, train, test, probe)),
+        ("knn_accuracy", config.knn_every, lambda e: evaluation.knn_monitor(e, train, test, knn)))
+
+  def after_round(self, round_num, state, metrics, released):
+    done = round_num + 1
+    for key, every, evaluate in self.evaluations:
+      if every and done % every == 0 and done < self.config.rounds:
+        released[key] = np.float32(mean_of(self.process.encoders(state, self.store), evaluate)[0])
+
+
+class MetricSinks(Observer):
+  """metrics.csv and TensorBoard (`released`), aggregation.csv (the round's measurements: many
+  columns), and `history`, the released rows a checkpoint holds."""
+
+  def __init__(self, output_dir: str, history: list):
+    self.history = history
+    self.csv = CSVReleaseManager(os.path.join(output_dir, "metrics.csv"), key_fieldname="round")
+    self.tensorboard = tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard"))
+    self.aggregation = CSVReleaseManager(os.path.join(output_dir, "aggregation.csv"),
+                                         key_fieldname="round")
+
+  def after_round(self, round_num, state, metrics, released):
+    asyncio.run(self.csv.release(released, key=round_num))
+    self.history.append([released.get(k, np.nan) for k in RELEASED])
+    asyncio.run(self.tensorboard.release(released, key=round_num))
+    if metrics.get("aggregation"):
+      asyncio.run(self.aggregation.release(metrics["aggregation"], key=round_num))
+      asyncio.run(self.tensorboard.release({"aggregation": metrics["aggregation"]}, key=round_num))
+
+
+class Resources(Observer):
+  """resources.csv: each round's wall time (training, evaluation and release) and resident memory
+  (this process and the TFF worker; the client-state store's disk use)."""
+
+  def __init__(self, output_dir: str, store):
+    self.store = store
+    self.release_manager = CSVReleaseManager(os.path.join(output_dir, "resources.csv"),
+                                             key_fieldname="round")
+    self.start = time.perf_counter()
+
+  def before_round(self, round_num):
+    self.start = time.perf_counter()
+
+  def after_round(self, round_num, state, metrics, released):
+    seconds = time.perf_counter() - self.start
+    own_mb, worker_mb = runtime.resident_memory_mb()
+    resources = {"round_seconds": np.float32(seconds), "rss_mb": np.float32(own_mb),
+                 "worker_rss_mb": np.float32(worker_mb)}
+    if self.store is not None:
+      resources["client_states_mb"] = np.float32(self.store.disk_bytes() / 2**20)
+    asyncio.run(self.release_manager.release(resources, key=round_num))
+
+
+def program_state(state: common.ServerState, history) -> dict:
+  """What a checkpoint holds: the server state and the released metrics of every round so far (a
+  [rounds, len(RELEASED)] float32 array; NaN where a round released no such value)."""
+  return dict(state.to_program_state(),
+              metrics=np.asarray(history, np.float32).reshape(-1, len(RELEASED)))
+
+
+class Checkpoints(Observer):
+  """The program state (`program_state`) every `every` rounds and after the last, through
+  `state_manager`; then the client-state store drops the versions no kept checkpoint needs."""
+
+  def __init__(self, state_manager, history: list, store, every: int, rounds: int):
+    self.state_manager, self.history, self.store = state_manager, history, store
+    self.every, self.rounds = every, rounds
+
+  def after_round(self, round_num, state, metrics, released):
+    if state.round_num % self.every == 0 or state.round_num == self.rounds:
+      asyncio.run(self.state_manager.save(program_state(state, self.history),
+                                          version=state.round_num))
+      if self.store is not None:
+        self.store.prune(min(asyncio.run(self.state_manager.get_versions()) or [state.round_num]))
+
+
+class ProgressBar(Observer):
+  """The rounds' progress bar (tqdm): the loss, and epsilon with DP."""
+
+  def __init__(self, rounds: int, initial: int, enabled: bool):
+    self.bar = progress_lib.bar(rounds, desc="rounds", unit="round", initial=initial,
+                                enabled=enabled)
+
+  def after_round(self, round_num, state, metrics, released):
+    self.bar.update(1)
+    postfix = {"loss": f"{metrics['loss']:.2f}"}
+    if "epsilon" in released:
+      postfix["eps"] = f"{released['epsilon']:.2f}"
+    self.bar.set_postfix(**postfix)
+
+  def close(self):
+    self.bar.close()
