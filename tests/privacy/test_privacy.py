@@ -37,7 +37,7 @@ from tff_ssl.privacy import PrivacyConfig, accounting
 from tff_ssl.privacy.release import PrivateRelease
 from tests import spread
 from tests.bin.binaries import train_in_process
-from tests.federated import test_dcco
+from tests.methods import test_dcco
 from tests.federated.test_grouping import (AUGMENT, LR, REFERENCE, SEED, SGD, SHAPE, plain_model,
                                            rounds_of_clients, run_two_rounds)
 

@@ -21,7 +21,7 @@ computations composed in Python (`aggregate_statistics`, `aggregate_updates`; th
     server: w ← server_optimizer(w, gradient=Δ)
 
 With one local gradient-descent step and N_k weights, a round equals one centralized step on the union
-of the round's images (Appendix A); `tests/federated/test_dcco.py` checks it numerically. <>_C has the
+of the round's images (Appendix A); `tests/methods/test_dcco.py` checks it numerically. <>_C has the
 value of <>_A and the gradient of <>_k. With several local steps the local statistics are recomputed at
 each step against the round's fixed <>_A (stale statistics: the paper leaves this open).
 

@@ -13,7 +13,7 @@ client. Without `--fedfoa` every client trains alone (the paper's "BYOL" row of 
     server: the bank takes every group's reports (in the round's sampling order)
 
 So each computation's type signature has nothing weight-shaped at the SERVER: in, the seed and the
-bank; out, the mean loss, the example count and the reports (`tests/federated/test_fedfoa.py`).
+bank; out, the mean loss, the example count and the reports (`tests/methods/test_fedfoa.py`).
 
 Calibration. The paper gives every architecture "one linear calibration layer at the tail part" into
 the shared projection dimension (its Fig. 3: "the linear projector calibrates the features of

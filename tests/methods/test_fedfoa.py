@@ -15,7 +15,7 @@ from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
 from tests import spread
-from tests.federated.test_fedssl import BYOL, SGD, byol_model
+from tests.methods.test_fedssl import BYOL, SGD, byol_model
 from tests.federated.test_round_anatomy import SHAPE, clients_of
 
 DIM = 8  # byol_model's projection.
