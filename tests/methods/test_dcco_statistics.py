@@ -103,8 +103,10 @@ def test_the_model_and_the_round_run_in_float64(model):
       tff.TensorType(np.float64, [8, 8]).dtype)
 
 
-@pytest.mark.parametrize("name,mode", [("cco", "reference"), ("vicreg", "reference"),
-                                       ("spectral", "reference"), ("vicreg", "grouped")])
+# Every registered statistics loss (a new one must say which of its terms are linear: LINEAR), and one
+# in the grouped simulation.
+@pytest.mark.parametrize("name,mode", [(n, "reference") for n in sorted(losses.STATISTICS)] +
+                         [("vicreg", "grouped")])
 def test_one_round_equals_one_centralized_step_and_fails_on_a_perturbed_statistic(
     model, clients, name, mode):
   images, data = clients
