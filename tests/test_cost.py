@@ -57,7 +57,7 @@ def test_local_step_cost_of_layerwise_and_progressive_stages():
   shapes) and computes less than progressive (no backward through block 1)."""
   from tff_ssl.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
   from tff_ssl import runner  # pylint: disable=g-import-not-at-top
-  from tff_ssl.federated import common  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated import masks  # pylint: disable=g-import-not-at-top
   from tff_ssl.methods import fedavg, layerwise  # pylint: disable=g-import-not-at-top
   from tff_ssl.federated.functional import FunctionalModel  # pylint: disable=g-import-not-at-top
   cfg = ExperimentConfig(method="fedavg", ssl="mocov3", encoder="vit_mini", patch_size=7, depth=2,
@@ -67,7 +67,7 @@ def test_local_step_cost_of_layerwise_and_progressive_stages():
   images = np.random.default_rng(0).integers(0, 256, (8, 28, 28, 1), dtype=np.uint8)
   out = {}
   for schedule in ("layerwise", "progressive"):
-    mask = common.TensorMask.from_names(model.names, lambda n, s=schedule: layerwise.trained(n, 2, s))
+    mask = masks.TensorMask.from_names(model.names, lambda n, s=schedule: layerwise.trained(n, 2, s))
     out[schedule] = cost.local_step_cost(model, mask, fedavg_config, images)
   total = sum(int(np.prod(s.shape)) * 4 for s in model.weight_specs)
   block2_and_heads = sum(int(np.prod(s.shape)) * 4 for n, s in zip(model.names, model.weight_specs)
@@ -110,7 +110,7 @@ def test_layerwise_cost_table():
 def test_depth_dropout_flops_are_the_expectation_over_keep_patterns():
   from tff_ssl.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
   from tff_ssl import runner  # pylint: disable=g-import-not-at-top
-  from tff_ssl.federated import common  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated import masks  # pylint: disable=g-import-not-at-top
   from tff_ssl.methods import fedavg, layerwise  # pylint: disable=g-import-not-at-top
   from tff_ssl.federated.functional import FunctionalModel  # pylint: disable=g-import-not-at-top
   cfg = ExperimentConfig(method="fedavg", ssl="simclr", encoder="vit_mini", patch_size=7, depth=3,
@@ -118,7 +118,7 @@ def test_depth_dropout_flops_are_the_expectation_over_keep_patterns():
   model = FunctionalModel(runner.ssl_model_builder(cfg, (28, 28, 1)))
   fcfg = fedavg.process_config(cfg)[0]
   images = np.random.default_rng(0).integers(0, 256, (4, 28, 28, 1), dtype=np.uint8)
-  mask = common.TensorMask.from_names(model.names, lambda n: layerwise.trained(n, 3, "layerwise"))
+  mask = masks.TensorMask.from_names(model.names, lambda n: layerwise.trained(n, 3, "layerwise"))
   flops = [cost.local_step_cost(model, mask, fcfg, images, keep=k)["step_flops"]
            for k in ((True, True), (False, True), (True, False), (False, False))]
   # A frozen block's forward pass costs the same whichever it is, and nothing when skipped.

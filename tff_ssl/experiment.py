@@ -38,7 +38,9 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl import runner
 from tff_ssl.config_fields import Field
 from tff_ssl import privacy as privacy_lib
-from tff_ssl.federated import common, grouping, ssl_model
+from tff_ssl.federated import grouping, ssl_model
+from tff_ssl.federated import local_steps
+from tff_ssl.federated import server_step
 from tff_ssl.training import PretrainConfig, centralized, pretrain
 
 
@@ -96,8 +98,8 @@ SHARED_FIELDS = (
     data_lib.partition.ALPHA,
     Field("classes_per_client", 2, "classes partition: classes each client holds.", lower=1),
     Field("clients_per_round", 64, "Clients sampled per round.", lower=1),
-    common.LOCAL_STEPS, common.CLIENT_OPTIMIZER, common.CLIENT_LEARNING_RATE,
-    common.SERVER_OPTIMIZER, common.SERVER_LEARNING_RATE, common.SERVER_LR_SCHEDULE,
+    local_steps.LOCAL_STEPS, local_steps.CLIENT_OPTIMIZER, local_steps.CLIENT_LEARNING_RATE,
+    server_step.SERVER_OPTIMIZER, server_step.SERVER_LEARNING_RATE, server_step.SERVER_LR_SCHEDULE,
     Field("eval_every", 0, "Rounds (steps, centralized) between linear probes (0: only at the "
           "end).", lower=0),
     Field("knn_every", 0, "Federated runs: rounds between kNN monitors (k = 200, t = 0.1 on every "

@@ -30,6 +30,7 @@ from tff_ssl import evaluation, runtime
 from tff_ssl import privacy as privacy_lib
 from tff_ssl import progress as progress_lib
 from tff_ssl.federated import common
+from tff_ssl.federated import server_step
 from tff_ssl.privacy import accounting
 
 # What metrics.csv holds per round; each checkpoint holds them too (`Checkpoints.program_state`), so
@@ -223,7 +224,7 @@ class Resources(Observer):
     asyncio.run(self.release_manager.release(resources, key=round_num))
 
 
-def program_state(state: common.ServerState, history) -> dict:
+def program_state(state: server_step.ServerState, history) -> dict:
   """What a checkpoint holds: the server state and the released metrics of every round so far (a
   [rounds, len(RELEASED)] float32 array; NaN where a round released no such value)."""
   return dict(state.to_program_state(),

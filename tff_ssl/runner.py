@@ -30,7 +30,7 @@ from tff_ssl import data as data_lib
 from tff_ssl.data.client_data import PartitionedClientData
 from tff_ssl.federated import client_state, common, ssl_model
 from tff_ssl.federated import process as process_lib
-from tff_ssl.federated.common import ServerState
+from tff_ssl.federated.server_step import ServerState
 from tff_ssl.federated.functional import FunctionalModel
 
 ENCODER_NAME = ssl_model.ENCODER_NAME

@@ -18,6 +18,7 @@ from tff_ssl import optim, runner
 from tff_ssl.data import synthetic
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import client_work, common
+from tff_ssl.federated import local_steps
 from tff_ssl.federated.functional import FunctionalModel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,7 +32,7 @@ def closed_form(peak, progress, warmup):
 
 
 def test_the_clients_schedule_is_the_closed_form_of_round_and_step():
-  s = common.ClientSchedule(1e-3, "warmup_cosine", rounds=12, warmup_fraction=0.25)
+  s = local_steps.ClientSchedule(1e-3, "warmup_cosine", rounds=12, warmup_fraction=0.25)
   # (round, step, steps this round) -> the progress (round + step / steps) / rounds.
   for r, step, steps, progress in ((0, 0, 1, 0.0), (1, 1, 2, 1.5 / 12), (3, 0, 9, 0.25),
                                    (7, 2, 4, 7.5 / 12), (11, 8, 9, (11 + 8 / 9) / 12)):
@@ -40,10 +41,10 @@ def test_the_clients_schedule_is_the_closed_form_of_round_and_step():
   assert s.rate(7, 2, 4) == pytest.approx(5e-4)  # Half-way through the decay.
   # The same in TensorFlow (inside a client's computation).
   assert float(s.rate(tf.constant(7.0), tf.constant(2.0), tf.constant(4.0))) == pytest.approx(5e-4)
-  assert common.ClientSchedule(0.1).rate(5, 3, 4) == 0.1  # Constant.
+  assert local_steps.ClientSchedule(0.1).rate(5, 3, 4) == 0.1  # Constant.
   with pytest.raises(ValueError, match=r"warmup_fraction \(0.1\) needs "
                                        r"--client_lr_schedule=warmup_cosine"):
-    common.ClientSchedule(0.1, warmup_fraction=0.1)
+    local_steps.ClientSchedule(0.1, warmup_fraction=0.1)
 
 
 def test_centralized_keras_schedule_is_the_same_closed_form_over_steps():

@@ -13,6 +13,8 @@ import tensorflow_federated as tff
 from tff_ssl import models
 from tff_ssl.data import AugmentConfig
 from tff_ssl.federated import client_state, common
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
@@ -156,7 +158,7 @@ def test_disk_store_versions_rollback_and_prune(tmp_path):
 def test_mask_trains_only_the_last_block(tmp_path):
   del tmp_path
   model = resnet()
-  mask = common.TensorMask.from_names(model.names, lambda n: "stage3_block2" in n)
+  mask = masks.TensorMask.from_names(model.names, lambda n: "stage3_block2" in n)
   trained = set(mask.indices)
   assert 0 < len(trained) < len(model.names)
   for simulation in (Simulation(mode="reference"), Simulation()):
@@ -183,17 +185,17 @@ def test_mask_trains_only_the_last_block(tmp_path):
 
 def test_method_state_is_checkpointed_and_restored_with_the_rest(tmp_path):
   """Through the runner's checkpoint path: a tff.program state manager saves and loads it."""
-  state = common.ServerState(weights=[np.ones(2, np.float32)], optimizer_state=(),
+  state = server_step.ServerState(weights=[np.ones(2, np.float32)], optimizer_state=(),
                              aggregator_state=(), round_num=3,
                              method_state={"bank": np.arange(6.0).reshape(2, 3),
                                            "stage": np.int64(2)})
   manager = tff.program.FileProgramStateManager(str(tmp_path))
   asyncio.run(manager.save(state.to_program_state(), version=3))
-  template = common.ServerState(weights=[np.zeros(2, np.float32)], optimizer_state=(),
+  template = server_step.ServerState(weights=[np.zeros(2, np.float32)], optimizer_state=(),
                                 aggregator_state=(), round_num=0,
                                 method_state={"bank": np.zeros((2, 3)), "stage": np.int64(0)})
   loaded, version = asyncio.run(manager.load_latest(template.to_program_state()))
-  back = common.ServerState.from_program_state(loaded)
+  back = server_step.ServerState.from_program_state(loaded)
   assert version == 3 and back.round_num == 3 and int(back.method_state["stage"]) == 2
   np.testing.assert_array_equal(back.method_state["bank"], np.arange(6.0).reshape(2, 3))
 
@@ -205,7 +207,7 @@ def test_many_processes_in_one_python_process_print_no_retracing_warning(caplog)
   zero = [np.zeros_like(w) for w in model.initial_weights]
   with caplog.at_level("WARNING", logger="tensorflow"):
     for _ in range(7):
-      loop = common.ServerLoop(model, tff.learning.optimizers.build_adam(learning_rate=1e-3))
+      loop = server_step.ServerLoop(model, tff.learning.optimizers.build_adam(learning_rate=1e-3))
       state, _ = loop.finish_round(loop.initialize(), zero, 0.0, 1)
       assert state.round_num == 1
   assert not [r for r in caplog.records if "retracing" in r.getMessage()]

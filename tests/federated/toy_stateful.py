@@ -9,7 +9,9 @@ import collections
 import tensorflow as tf
 
 from tff_ssl import methods
-from tff_ssl.federated import client_state, common
+from tff_ssl.federated import client_state
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.methods import fedavg
 from tff_ssl.method import Method
 
@@ -17,11 +19,11 @@ from tff_ssl.method import Method
 class CounterAndMeanUpdate(client_state.ClientState):
   """count: rounds taken part in; mean_update: the running mean of the client's uploads Delta_k."""
 
-  def __init__(self, mask: common.TensorMask | None = None):
+  def __init__(self, mask: masks.TensorMask | None = None):
     self.mask = mask
 
   def spec(self, model):
-    specs = (self.mask or common.TensorMask.all(len(model.weight_specs))).select(model.weight_specs)
+    specs = (self.mask or masks.TensorMask.all(len(model.weight_specs))).select(model.weight_specs)
     return collections.OrderedDict(count=tf.TensorSpec([], tf.float32), mean_update=list(specs))
 
   def end(self, state, weights, delta, num_examples, loss, ssl_state=None, context=None):
@@ -34,7 +36,7 @@ def build(config, model, image_shape, context=None):
   del context  # No server training; one aggregation a round.
   fedavg_config, aggregator, simulation = fedavg.process_config(config)
   return fedavg.FedAvgSSLProcess(model, image_shape,
-                                 common.server_optimizer_for(config, model.names), fedavg_config,
+                                 server_step.server_optimizer_for(config, model.names), fedavg_config,
                                  aggregator.build(model), simulation,
                                  client_state=CounterAndMeanUpdate())
 

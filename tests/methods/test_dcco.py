@@ -12,6 +12,8 @@ import tensorflow_federated as tff
 from tff_ssl import losses, models
 from tff_ssl.data import AugmentConfig, two_views
 from tff_ssl.federated import common, grouping
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
@@ -115,21 +117,21 @@ def test_one_dcco_round_with_server_adam_equals_one_centralized_adam_step(model,
 
 @pytest.mark.parametrize("name", ["adam", "sgdm"])
 def test_elementwise_server_step_on_one_flat_vector_equals_the_per_tensor_step(model, name):
-  """SGD, momentum and Adam step the trained tensors as one flat vector (`common.Elementwise`): the
+  """SGD, momentum and Adam step the trained tensors as one flat vector (`server_step.Elementwise`): the
   same weights as the per-tensor step over three rounds, partial training included (frozen tensors
   untouched); LARS (per-tensor norms) is not flattened."""
-  flat_opt = common.server_optimizer(name, 1e-2, 3, "cosine", model.names)
-  assert isinstance(flat_opt, common.Elementwise)
-  assert not isinstance(common.server_optimizer("lars", 1e-2, 3, "cosine", model.names),
-                        common.Elementwise)
+  flat_opt = server_step.server_optimizer(name, 1e-2, 3, "cosine", model.names)
+  assert isinstance(flat_opt, server_step.Elementwise)
+  assert not isinstance(server_step.server_optimizer("lars", 1e-2, 3, "cosine", model.names),
+                        server_step.Elementwise)
   n = len(model.weight_specs)
-  mask = common.TensorMask(tuple(i % 3 != 0 for i in range(n)))  # Every third tensor frozen.
+  mask = masks.TensorMask(tuple(i % 3 != 0 for i in range(n)))  # Every third tensor frozen.
   rng = np.random.default_rng(0)
   updates = [[rng.normal(size=s.shape).astype(np.float32) for s in mask.select(model.weight_specs)]
              for _ in range(3)]
   ends = []
   for optimizer in (flat_opt, flat_opt.optimizer):
-    loop = common.ServerLoop(model, optimizer, mask=mask)
+    loop = server_step.ServerLoop(model, optimizer, mask=mask)
     state = loop.initialize()
     for update in updates:
       state, _ = loop.finish_round(state, update, 0.0, 1)

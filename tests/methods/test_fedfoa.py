@@ -9,7 +9,8 @@ import pytest
 import tensorflow_federated as tff
 
 from tff_ssl import experiment
-from tff_ssl.federated import client_state, common
+from tff_ssl.federated import client_state
+from tff_ssl.federated import masks
 from tff_ssl.methods import fedema, fedfoa, fedssl, heterogeneous
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
@@ -44,7 +45,7 @@ def test_bank_keeps_each_clients_newest_first_in_first_out():
 
 def process_of(simulation, fc=FC):
   model = byol_model()
-  inner = fedssl.SiameseClientState(model.names, common.TensorMask.all(len(model.names)),
+  inner = fedssl.SiameseClientState(model.names, masks.TensorMask.all(len(model.names)),
                                     fedssl.StatefulConfig(fedema.Update(ema_tau=0.7)),
                                     ema_target=True)
   if fc is None:

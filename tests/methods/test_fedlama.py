@@ -3,16 +3,15 @@ the global tensors, and whole rounds checked against NumPy: which layers are agg
 value, the discrepancy, the intervals; both simulation modes the same."""
 
 import collections
-import functools
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tff_ssl import aggregators
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.federated import client_state, common
+from tff_ssl.federated import client_state
+from tff_ssl.federated import masks
 from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
 from tff_ssl.methods import fedfoa, fedlama
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
@@ -57,7 +56,7 @@ class Specs:  # What `spec` needs of a model.
 
 
 def test_a_client_keeps_its_copy_of_a_tensor_not_aggregated_since_its_last_round():
-  lib = fedlama.LayerStaleness(common.TensorMask.all(2))
+  lib = fedlama.LayerStaleness(masks.TensorMask.all(2))
   glob = [tf.constant([1.0, 1.0]), tf.constant([2.0, 2.0])]
   new = lib.initial(Specs())
   assert float(new["last_round"]) == -1.0

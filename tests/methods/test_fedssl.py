@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 
 from tff_ssl import models
 from tff_ssl.federated import client_state, common
+from tff_ssl.federated import masks
 from tff_ssl.methods import fedema, fedssl, fedu
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.ssl import Hparams
@@ -30,7 +31,7 @@ class Specs:  # What `spec` needs of a model.
 
 
 def hand_state(config):
-  return fedssl.SiameseClientState(NAMES, common.TensorMask.all(3), config, ema_target=False)
+  return fedssl.SiameseClientState(NAMES, masks.TensorMask.all(3), config, ema_target=False)
 
 
 def as_tf(xs):
@@ -110,7 +111,7 @@ def test_fedu_without_a_predictor_keeps_its_projector():
   names, g1 = NAMES[:2], [[0.8, 1.0], [5.0, 5.0]]
   for threshold, kept in ((0.35, False), (0.25, True)):
     config = fedssl.StatefulConfig(fedu.Update(threshold))
-    state_lib = fedssl.SiameseClientState(names, common.TensorMask.all(2), config, ema_target=False)
+    state_lib = fedssl.SiameseClientState(names, masks.TensorMask.all(2), config, ema_target=False)
 
     class Two:
       weight_specs = Specs.weight_specs[:2]
@@ -155,7 +156,7 @@ def byol_model():
 
 def process_of(stateful, simulation):
   model = byol_model()
-  state = fedssl.SiameseClientState(model.names, common.TensorMask.all(len(model.names)),
+  state = fedssl.SiameseClientState(model.names, masks.TensorMask.all(len(model.names)),
                                     stateful, ema_target=True)
   return FedAvgSSLProcess(model, SHAPE, SGD, BYOL, simulation=simulation, client_state=state)
 
@@ -242,7 +243,7 @@ def test_fedmoco_keeps_its_momentum_network_and_queue_across_rounds():
   model = resnet()
   cfg = ClientConfig(ssl="moco", client_learning_rate=0.05, augment=AUGMENT, seed=3,
                      hparams=Hparams(target_decay=0.9, moco_queue=12, temperature=0.2))
-  state_lib = fedssl.SiameseClientState(model.names, common.TensorMask.all(len(model.names)),
+  state_lib = fedssl.SiameseClientState(model.names, masks.TensorMask.all(len(model.names)),
                                         fedssl.StatefulConfig(), ema_target=True, queue_size=12)
   process = FedAvgSSLProcess(model, SHAPE, SGD, cfg, simulation=Simulation(group_size=2),
                              client_state=state_lib)

@@ -38,6 +38,7 @@ from tff_ssl.aggregators.private import PrivateFactory
 from tff_ssl.aggregators.uniform import UniformFactory
 from tff_ssl.config_fields import Field
 from tff_ssl.privacy import PrivacyConfig
+from tff_ssl.federated import masks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +110,7 @@ class AggregatorConfig:
 
   def build(self, model, mask=None) -> StrategyFactory:
     """The factory for a `FunctionalModel` (whose layers L-DAWA's angles follow), over the tensors a
-    process exchanges (`mask`, a `federated.common.TensorMask`; default all)."""
+    process exchanges (`mask`, a `federated.masks.TensorMask`; default all)."""
     if self.privacy.enabled:
       self.check_privacy()
       factory = PrivateFactory(self.privacy, self.privacy.sigma)

@@ -38,6 +38,8 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.federated import common, grouping
+from tff_ssl.federated import local_steps
+from tff_ssl.federated import masks
 from tff_ssl.federated.ssl_model import HEAD_NORM
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.losses import moco
@@ -154,7 +156,7 @@ class ClientConfig:
     batch, so a client needs >= 2 images and the grouped simulation runs each real client's forward
     pass on its own, never several clients' images in one batch).
   lr_schedule, warmup_fraction, rounds: the clients' learning rate over the run's `rounds` rounds
-    (`schedule`, a `common.ClientSchedule`); a client reads its round from the round's seed.
+    (`schedule`, a `local_steps.ClientSchedule`); a client reads its round from the round's seed.
   """
 
   ssl: str = "cco"
@@ -177,7 +179,7 @@ class ClientConfig:
     self.schedule  # pylint: disable=pointless-statement (checks the schedule's fields)
     ssl_lib.get(self.ssl)
     HEAD_NORM.check(self.head_norm)
-    common.check_client_training(self.local_steps, self.client_optimizer,
+    local_steps.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
     LOCAL_BATCH_SIZE.check(self.local_batch_size)
     LOCAL_UNIT.check(self.local_unit)
@@ -194,9 +196,9 @@ class ClientConfig:
     return ssl_lib.get(self.ssl)
 
   @property
-  def schedule(self) -> common.ClientSchedule:
+  def schedule(self) -> local_steps.ClientSchedule:
     """The clients' learning rate at each round and local step."""
-    return common.ClientSchedule(self.client_learning_rate, self.lr_schedule, self.rounds,
+    return local_steps.ClientSchedule(self.client_learning_rate, self.lr_schedule, self.rounds,
                                  self.warmup_fraction)
 
   @property
@@ -320,7 +322,7 @@ def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, ca
   def after_step(new):
     state[0] = _next_ssl_state(cfg, state[0], state[1], new, state[2])
 
-  delta, first, mean = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+  delta, first, mean = local_steps.train(weights, cfg.local_steps, cfg.client_optimizer,
                                              learning_rate, loss_of, after_step,
                                              cfg.client_weight_decay, mask)
   return delta, first, mean, state[0]
@@ -333,7 +335,7 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
   of a TFF computation keeps no per-iteration intermediates.
   """
   method, schedule = cfg.method, cfg.schedule
-  opt = common.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate,
+  opt = local_steps.client_optimizer(cfg.client_optimizer, cfg.client_learning_rate,
                                 cfg.client_weight_decay)
   specs = tuple(tf.TensorSpec(w.shape, w.dtype) for w in mask.select(weights))
   # A loop variable cannot be None: the target starts as the start weights.
@@ -367,11 +369,11 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
           return client_loss(cfg, done[0], carried, record)
 
       if not schedule.constant:
-        opt_state = common.with_learning_rate(opt, opt_state, schedule.rate(
+        opt_state = local_steps.with_learning_rate(opt, opt_state, schedule.rate(
             round_num, tf.cast(step, tf.float32), tf.cast(total, tf.float32)))
-      opt_state, new, loss = common.client_step(
+      opt_state, new, loss = local_steps.client_step(
           opt, opt_state, current, loss_of,
-          common.coupled_weight_decay(cfg.client_optimizer, cfg.client_weight_decay))
+          local_steps.coupled_weight_decay(cfg.client_optimizer, cfg.client_weight_decay))
       carried = _next_ssl_state(cfg, carried, done[0], mask.merge(new, weights), record)
       first = tf.where(tf.equal(step, 0), loss, first)  # (`==` is identity in TFF's graphs.)
       return step + 1, new, carried, opt_state, first, loss_sum + loss
@@ -389,7 +391,7 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
 
 
 def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, data,
-                   mask: common.TensorMask | None = None, carried: dict | None = None,
+                   mask: masks.TensorMask | None = None, carried: dict | None = None,
                    round_num=None):
   """A client's local training on its own images, of the tensors of `mask` (default: all), from
   `weights`.
@@ -405,7 +407,7 @@ def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, dat
   Returns (Delta_k of the trained tensors, first-step loss, mean loss, what was carried to the end of
   the last step).
   """
-  mask = mask or common.TensorMask.of_model(model)
+  mask = mask or masks.TensorMask.of_model(model)
   carried = initial_ssl_state(model, cfg) if carried is None else carried
   round_num = common.round_of(seed) if round_num is None else tf.cast(round_num, tf.float32)
   if cfg.local_batch_size:
@@ -427,7 +429,7 @@ def reporting_terms(cfg: ClientConfig, model: FunctionalModel) -> list[ClientTer
 
 
 def client_round(model: FunctionalModel, cfg: ClientConfig, client_state, weights, seed, client,
-                 state=None, context=None, client_id=None, mask: common.TensorMask | None = None):
+                 state=None, context=None, client_id=None, mask: masks.TensorMask | None = None):
   """One real client's round: local training from the broadcast `weights`, or, with a
   `client_state.ClientState`, from where its `state` begins (None `weights`: the client's own model
   alone, as heterogeneous clients), with what the state brings carried.
@@ -436,7 +438,7 @@ def client_round(model: FunctionalModel, cfg: ClientConfig, client_state, weight
   loss, N_k, the client's new state (None for a stateless client), its report (None unless a term
   reports: then {"client": `client_id`, term key: the term's report})).
   """
-  mask = mask or common.TensorMask.of_model(model)
+  mask = mask or masks.TensorMask.of_model(model)
   n = common.num_examples(client)
   if client_state is None:
     delta, first_loss, mean_loss, carried = local_training(model, cfg, weights, seed, client, mask)

@@ -51,6 +51,9 @@ from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.privacy import PrivacyConfig
 from tff_ssl.privacy.release import PrivateRelease, dp_event
 from tff_ssl.federated import common, grouping
+from tff_ssl.federated import local_steps
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext
 from tff_ssl.losses.statistics import combined
@@ -80,7 +83,7 @@ class DCCOConfig:
   def __post_init__(self):
     losses.get_statistics(self.ssl)
     DCCO_STATISTICS.check(self.statistics)
-    common.check_client_training(self.local_steps, self.client_optimizer,
+    local_steps.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
     if self.stale and self.privacy.any:
       raise ValueError("--dcco_statistics=previous releases each round's statistics beside its "
@@ -130,7 +133,7 @@ def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, agg
       first.append(local)
     return entry.loss(combined(local, statistics), count, cfg.hparams, eps)
 
-  delta, loss, _ = common.local_training(weights, cfg.local_steps, cfg.client_optimizer,
+  delta, loss, _ = local_steps.train(weights, cfg.local_steps, cfg.client_optimizer,
                                          cfg.client_learning_rate, loss_of)
   return delta, loss, first[0]
 
@@ -166,7 +169,7 @@ class _WeightedPhase:
     return out.result, out.state
 
 
-class DCCOProcess(common.ServerLoop):
+class DCCOProcess(server_step.ServerLoop):
   """DCCO rounds over a `FunctionalModel` (encoder + projector).
 
   `initialize() -> ServerState`; `next(state, clients) -> (state, metrics)` where `clients` is a list of
@@ -193,7 +196,7 @@ class DCCOProcess(common.ServerLoop):
                config: DCCOConfig = DCCOConfig(),
                simulation: grouping.Simulation = grouping.Simulation(),
                split_phases: bool = False):
-    super().__init__(model, server_optimizer, mask=common.TensorMask.require_all(model, "DCCO"))
+    super().__init__(model, server_optimizer, mask=masks.TensorMask.require_all(model, "DCCO"))
     self.config = config
     self.simulation = simulation
     self.split_phases = split_phases
@@ -461,10 +464,10 @@ class DCCOProcess(common.ServerLoop):
                                                                    self.stats_type)),
         count=np.zeros([], self.dtype.as_numpy_dtype))
 
-  def has_previous(self, state: common.ServerState) -> bool:
+  def has_previous(self, state: server_step.ServerState) -> bool:
     return self.config.stale and float(state.method_state["count"]) > 0
 
-  def compute_update(self, state: common.ServerState, clients: list[dict]) -> dict:
+  def compute_update(self, state: server_step.ServerState, clients: list[dict]) -> dict:
     """The round's aggregated update Δ and mean client loss, before the server optimizer step."""
     if not clients:
       raise ValueError("a DCCO round needs at least one client")
@@ -484,7 +487,7 @@ class DCCOProcess(common.ServerLoop):
     out["update"] = common.unflatten(out["update"], self.model.weight_specs)
     return out
 
-  def next(self, state: common.ServerState, clients: list[dict], *, client_ids=None, store=None):
+  def next(self, state: server_step.ServerState, clients: list[dict], *, client_ids=None, store=None):
     """One round: (new server state, metrics). DCCO keeps no client state (`client_ids` and `store`
     are accepted and not used)."""
     del client_ids, store
@@ -547,7 +550,7 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
 def build(config, model: FunctionalModel, image_shape: Sequence[int],
           context: BuildContext = BuildContext()) -> DCCOProcess:
   dcco_config, simulation = process_config(config)
-  return DCCOProcess(model, image_shape, common.server_optimizer_for(config, model.names),
+  return DCCOProcess(model, image_shape, server_step.server_optimizer_for(config, model.names),
                      dcco_config, simulation, split_phases=context.mergeable)
 
 

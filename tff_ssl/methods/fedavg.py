@@ -34,6 +34,9 @@ from tff_ssl import data as data_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.federated import client_state as client_state_lib
+from tff_ssl.federated import local_steps
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.federated import client_work, common, grouping, round_parts
 from tff_ssl.federated import server_stage as server_stage_lib
 from tff_ssl.federated.client_work import ClientConfig, initial_ssl_state, view_outputs
@@ -98,7 +101,7 @@ def batched_group_update(model: FunctionalModel, cfg: ClientConfig, factory, mas
     per_client.update(losses=losses_k, log_b=log_b)
     return tf.reduce_sum(b * losses_k) / tf.reduce_sum(b)
 
-  delta, _, _ = common.local_training(weights, 1, cfg.client_optimizer, cfg.client_learning_rate,
+  delta, _, _ = local_steps.train(weights, 1, cfg.client_optimizer, cfg.client_learning_rate,
                                       objective, weight_decay=cfg.client_weight_decay, mask=mask)
   log_b, losses_k = per_client["log_b"], per_client["losses"]
   top = tf.reduce_max(log_b)
@@ -108,7 +111,7 @@ def batched_group_update(model: FunctionalModel, cfg: ClientConfig, factory, mas
   return contribution, tf.reduce_sum(n * losses_k) / tf.reduce_sum(n), tf.reduce_sum(n)
 
 
-class FedAvgSSLProcess(common.ServerLoop):
+class FedAvgSSLProcess(server_step.ServerLoop):
   """FedAvg-style rounds; same interface as `DCCOProcess`.
 
     run_round: (<w@SERVER, aggregator_state@SERVER, seed@SERVER, data@CLIENTS[, state@CLIENTS]>
@@ -147,7 +150,7 @@ class FedAvgSSLProcess(common.ServerLoop):
                config: ClientConfig = ClientConfig(),
                aggregation_factory: tff.aggregators.WeightedAggregationFactory | None = None,
                simulation: grouping.Simulation = grouping.Simulation(),
-               mask: common.TensorMask | None = None,
+               mask: masks.TensorMask | None = None,
                client_state: client_state_lib.ClientState | None = None,
                stages: Sequence[server_stage_lib.ServerStage] = ()):
     super().__init__(model, server_optimizer, mask=mask)
@@ -282,7 +285,7 @@ class FedAvgSSLProcess(common.ServerLoop):
         ("weights", w_type), ("seed", common.SEED_TYPE),
         ("data", common.client_input_type(image_shape))])
 
-  def compute_update(self, state: common.ServerState, clients: list[dict],
+  def compute_update(self, state: server_step.ServerState, clients: list[dict],
                      client_states: list | None = None,
                      client_ids: Sequence[int] | None = None) -> dict:
     """The round's aggregated update, mean client loss, aggregator state and measurements (and the
@@ -314,7 +317,7 @@ class FedAvgSSLProcess(common.ServerLoop):
       out["client_states"] = self.parts.client_states(out["client_states"], sizes)
     return out
 
-  def next(self, state: common.ServerState, clients: list[dict], *,
+  def next(self, state: server_step.ServerState, clients: list[dict], *,
            client_ids: Sequence[int] | None = None,
            store: client_state_lib.ClientStateStore | None = None):
     """One round: (new server state, metrics). A stateful process reads the sampled clients'
@@ -357,7 +360,7 @@ class FedAvgSSLProcess(common.ServerLoop):
     del stage
     return self.model, self.mask, self.config, True
 
-  def client_context(self, state: common.ServerState):
+  def client_context(self, state: server_step.ServerState):
     """What the server broadcasts to the round's clients beside the weights (the client state's
     `context_spec`): each server stage's context, from its part of `state.method_state`."""
     return server_stage_lib.context(self.stages, state.method_state, state.round_num,
@@ -369,7 +372,7 @@ class FedAvgSSLProcess(common.ServerLoop):
 FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + privacy.FIELDS + (client_work.LOCAL_BATCH_SIZE,
                                                   client_work.LOCAL_UNIT,
                                                   client_work.CLIENT_WEIGHT_DECAY,
-                                                  common.CLIENT_LR_SCHEDULE, "warmup_fraction")
+                                                  local_steps.CLIENT_LR_SCHEDULE, "warmup_fraction")
 
 
 def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
@@ -400,8 +403,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
           context: BuildContext = BuildContext()) -> FedAvgSSLProcess:
   del context  # The server trains on nothing of its own; one aggregation a round.
   fedavg_config, aggregator, simulation = process_config(config)
-  mask = common.TensorMask.of_model(model)  # Every tensor but the frozen ones.
-  return FedAvgSSLProcess(model, image_shape, common.server_optimizer_for(config, model.names),
+  mask = masks.TensorMask.of_model(model)  # Every tensor but the frozen ones.
+  return FedAvgSSLProcess(model, image_shape, server_step.server_optimizer_for(config, model.names),
                           fedavg_config, aggregator.build(model, mask), simulation, mask=mask)
 
 

@@ -47,7 +47,8 @@ import tensorflow as tf
 from tff_ssl import aggregators, privacy
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.federated import client_state as client_state_lib
-from tff_ssl.federated import common
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.federated.server_stage import ServerStage
 from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.config_fields import Field
@@ -104,7 +105,7 @@ class LayerStaleness(client_state_lib.ClientState):
   `last_sync`, per tensor the last round whose aggregation covered it (-1: none yet).
   """
 
-  def __init__(self, mask: common.TensorMask):
+  def __init__(self, mask: masks.TensorMask):
     self.mask = mask
 
   def spec(self, model):
@@ -183,7 +184,7 @@ class FedLAMAStage(ServerStage):
   key = KEY
 
   def __init__(self, model, lama: FedLAMAConfig):
-    self.mask = common.TensorMask.require_all(model, "FedLAMA")
+    self.mask = masks.TensorMask.require_all(model, "FedLAMA")
     layout = aggregators.ModelLayout.from_model(model, "layer")
     self.lama = lama
     self.group_index = np.array(layout.group_index)
@@ -276,8 +277,8 @@ def build(config, model, image_shape, context=None) -> fedavg.FedAvgSSLProcess:
   fedavg_config, _, simulation = fedavg.process_config(config)
   stages = (FedLAMAStage(model, lama_config(config)),) + fedfoa.stages(config)
   return fedavg.FedAvgSSLProcess(model, image_shape,
-                                 common.server_optimizer_for(config, model.names), fedavg_config,
-                                 simulation=simulation, mask=common.TensorMask.require_all(
+                                 server_step.server_optimizer_for(config, model.names), fedavg_config,
+                                 simulation=simulation, mask=masks.TensorMask.require_all(
                                      model, "FedLAMA"), stages=stages)
 
 

@@ -20,7 +20,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tff_ssl.federated import common
+from tff_ssl.federated import server_step
 from tff_ssl.methods import fedavg
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.federated.process import BuildContext
@@ -72,7 +72,7 @@ def build(config, model, image_shape, context: BuildContext = BuildContext()):
   del context  # The server trains on nothing of its own; one aggregation a round.
   client, aggregator, simulation = fedavg.process_config(config)
   return fedavg.FedAvgSSLProcess(
-      model, image_shape, common.server_optimizer_for(config, model.names),
+      model, image_shape, server_step.server_optimizer_for(config, model.names),
       client.with_terms(ProximalTerm(config.fedprox_mu)), aggregator.build(model), simulation)
 
 

@@ -48,7 +48,8 @@ import tensorflow as tf
 
 from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
-from tff_ssl.federated import common
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.method import Method
 
@@ -128,7 +129,7 @@ class SiameseClientState(client_state_lib.ClientState):
                 FedU: 1 if it kept its predictor; FedBYOL and a first round: 0)
   """
 
-  def __init__(self, names: Sequence[str], mask: common.TensorMask, config: StatefulConfig,
+  def __init__(self, names: Sequence[str], mask: masks.TensorMask, config: StatefulConfig,
                ema_target: bool, queue_size: int = 0):
     self.config = config
     self.ema_target = ema_target
@@ -220,12 +221,12 @@ SSL = ("byol",)  # FedBYOL, FedU and FedEMA are BYOL's federated forms.
 def build(config, model, image_shape, stateful: StatefulConfig):
   """The FedAvg-style process of `config` whose clients keep a `SiameseClientState`."""
   fedavg_config, aggregator, simulation = fedavg.process_config(config)
-  mask = common.TensorMask.of_model(model)  # Every tensor but the frozen ones.
+  mask = masks.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
                              fedavg_config.hparams.moco_queue if method.queue else 0)
   return fedavg.FedAvgSSLProcess(
-      model, image_shape, common.server_optimizer_for(config, model.names), fedavg_config,
+      model, image_shape, server_step.server_optimizer_for(config, model.names), fedavg_config,
       aggregator.build(model), simulation, client_state=state,
       stages=fedfoa.stages(config))  # With --fedfoa, its bank.
 

@@ -39,6 +39,8 @@ import tensorflow_federated as tff
 
 from tff_ssl import models
 from tff_ssl.federated import client_state as client_state_lib
+from tff_ssl.federated import masks
+from tff_ssl.federated import server_step
 from tff_ssl.federated import client_work, common, grouping, round_parts, server_stage, ssl_model
 from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.federated.client_work import ClientConfig
@@ -105,7 +107,7 @@ class HeterogeneousProcess:
       raise ValueError("a heterogeneous process needs one label per model, and a model")
     self.models, self.labels = list(models), list(labels)
     for m in self.models:
-      common.TensorMask.require_all(m, "heterogeneous FedFoA")
+      masks.TensorMask.require_all(m, "heterogeneous FedFoA")
     dims = {m.output_dims[0] for m in self.models}
     if len(dims) != 1:
       raise ValueError(f"the architectures' projections must share one dimension (the calibration); "
@@ -172,12 +174,12 @@ class HeterogeneousProcess:
   def architecture_of(self, client_id: int) -> int:
     return int(client_id) % len(self.models)
 
-  def initialize(self) -> common.ServerState:
-    return common.ServerState(
+  def initialize(self) -> server_step.ServerState:
+    return server_step.ServerState(
         weights=[], optimizer_state=(), aggregator_state=(), round_num=0,
         method_state=server_stage.initial_state(self.stages))
 
-  def next(self, state: common.ServerState, clients: list[dict], *,
+  def next(self, state: server_step.ServerState, clients: list[dict], *,
            client_ids: Sequence[int] | None = None,
            store: client_state_lib.ClientStateStore | None = None):
     """One round: each architecture's clients train (one computation per architecture); returns
@@ -225,12 +227,12 @@ class HeterogeneousProcess:
         self.stages, state.method_state, state.round_num, {"update": [], "reports": merged})
     measurements.update(measured)
     method_state = state.method_state if method_state is None else method_state
-    new_state = common.ServerState(weights=[], optimizer_state=(), aggregator_state=(),
+    new_state = server_step.ServerState(weights=[], optimizer_state=(), aggregator_state=(),
                                    round_num=state.round_num + 1, method_state=method_state)
     return new_state, {"loss": loss_sum / examples, "clients": len(clients),
                        "aggregation": measurements}
 
-  def encoders(self, state: common.ServerState | None,
+  def encoders(self, state: server_step.ServerState | None,
                store: client_state_lib.ClientStateStore | None) -> list[tuple[str, tf.keras.Model]]:
     """(label, Keras encoder) of clients 0 .. A-1, one of each architecture, after the rounds of
     `state`; with `state` None, the architectures' initializations (the random-init baseline)."""

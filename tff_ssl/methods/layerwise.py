@@ -41,9 +41,10 @@ import tensorflow as tf
 
 from tff_ssl import optim
 from tff_ssl.federated import client_work, common, ssl_model
+from tff_ssl.federated import masks
 from tff_ssl.methods import alignment, depth_dropout, fedavg
 from tff_ssl.federated.client_work import ClientConfig, local_training
-from tff_ssl.federated.common import ServerState
+from tff_ssl.federated.server_step import ServerState
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext, GlobalModel
 from tff_ssl.method import Method
@@ -134,10 +135,10 @@ class LayerwiseProcess(GlobalModel):
   def stage(self, round_num: int) -> int:
     return stage_of(round_num, self.rounds, self.depth)
 
-  def stage_mask(self, stage: int) -> common.TensorMask:
+  def stage_mask(self, stage: int) -> masks.TensorMask:
     model = self.stage_models[stage - 1]
     frozen = {n for n, f in zip(model.names, model.frozen) if f}
-    return common.TensorMask.from_names(
+    return masks.TensorMask.from_names(
         model.names, lambda n: trained(n, stage, self.layerwise.schedule) and n not in frozen)
 
   def process(self, stage: int) -> fedavg.FedAvgSSLProcess:
@@ -187,7 +188,7 @@ class LayerwiseProcess(GlobalModel):
       def calibrate(weights, seed, images, ids):
         round_num = common.round_of(seed)  # The schedule's round (before the seed is folded).
         seed = tf.random.experimental.stateless_fold_in(seed, CALIBRATION_KEY)
-        mask = common.TensorMask.of_model(model)
+        mask = masks.TensorMask.of_model(model)
         delta, _, mean_loss, _ = local_training(model, cfg, weights, seed,
                                                 {"images": images, "ids": ids}, mask=mask,
                                                 round_num=round_num)

@@ -47,7 +47,7 @@ class Optimizer:
     centralized `weight_decay` field, 0 by default).
   tff(learning_rate, names, weight_decay): the TFF optimizer over tensors `names` (LARS adapts by
     name); weight_decay is used only where `decoupled_weight_decay` (else the client adds it to the
-    gradients as L2, `tff_ssl.federated.common.client_step`).
+    gradients as L2, `tff_ssl.federated.local_steps.client_step`).
   roles: where a config may choose it (ROLES).
   elementwise: an entry's update depends only on that entry's weight, gradient and state (SGD,
     momentum, Adam; not LARS's per-tensor norms): the server may step one flat vector.
