@@ -65,6 +65,11 @@ DCCO_STATISTICS = Field(
     "exactly the centralized gradient) or the previous round's aggregate (previous: one phase, "
     "about one centralized step's cost, statistics one round stale).", choices=STATISTICS_MODES)
 
+DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
+                           "encoding statistics' sum (N_k times its statistics).", lower=0,
+                           note="0: no clipping, only with noise multiplier 0")
+
+
 
 @dataclasses.dataclass(frozen=True)
 class DCCOConfig:
@@ -530,7 +535,7 @@ class _Initial:
 
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
   """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
-  private = privacy_lib.from_config(config, releases=2)
+  private = privacy_lib.from_config(config, releases=2, statistics_clip=config.dp_statistics_clip)
   privacy_lib.check_simulation(private, config.simulation)
   denominator = 0.0
   if private.enabled:
@@ -556,7 +561,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 
 METHOD = Method(
     name="dcco", kind="federated",
-    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DCCO_STATISTICS,), ssl=tuple(losses.STATISTICS),
+    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DCCO_STATISTICS),
+    ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
                     "encoding statistics as if each image were encoded alone (batch statistics "

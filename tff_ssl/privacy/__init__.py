@@ -50,9 +50,6 @@ DP_NOISE_MULTIPLIER = Field("dp_noise_multiplier", 0.0, "DP: the noise multiplie
                             lower=0)
 DP_CLIP = Field("dp_clip", 1.0, "DP: each client's L2 clip of its update (gaussian_adaptive: the "
                 "initial clip).", lower=0, note="0: no clipping, only with noise multiplier 0")
-DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
-                           "encoding statistics' sum (N_k times its statistics).", lower=0,
-                           note="0: no clipping, only with noise multiplier 0")
 DP_TARGET_EPSILON = Field("dp_target_epsilon", 0.0, "DP: choose the noise multiplier so that the "
                           "planned run (rounds, clients per round, population) ends at this epsilon "
                           "at delta = 1 / population.", lower=0, note="0: use --dp_noise_multiplier")
@@ -62,7 +59,7 @@ SECURE_AGGREGATION = Field("secure_aggregation", False, "Sum the round's release
 COMPRESSION = Field("compression", "none", "Quantize each client's update with TFF's encoded sum "
                     "(uniform quantization of tensors above 20,000 entries); "
                     "--simulation=reference.", choices=tuple(COMPRESSIONS))
-FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_STATISTICS_CLIP, DP_TARGET_EPSILON,
+FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_TARGET_EPSILON,
           SECURE_AGGREGATION, COMPRESSION)
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 
@@ -200,11 +197,12 @@ class PrivacyConfig:
     return tff.aggregators.SumFactory()
 
 
-def from_config(config, releases: int = 1) -> PrivacyConfig:
-  """The `PrivacyConfig` of an `ExperimentConfig` (its fields, its planned run)."""
+def from_config(config, releases: int = 1, statistics_clip: float = 1.0) -> PrivacyConfig:
+  """The `PrivacyConfig` of an `ExperimentConfig` (its fields, its planned run); `statistics_clip`:
+  the clip of a release of encoding statistics (DP-DCCO's `--dp_statistics_clip`)."""
   return PrivacyConfig(
       dp=config.dp, noise_multiplier=config.dp_noise_multiplier, clip=config.dp_clip,
-      statistics_clip=config.dp_statistics_clip, target_epsilon=config.dp_target_epsilon,
+      statistics_clip=statistics_clip, target_epsilon=config.dp_target_epsilon,
       secure_aggregation=config.secure_aggregation, compression=config.compression,
       population=config.num_clients, clients_per_round=config.clients_per_round,
       rounds=config.rounds, releases=releases, seed=config.seed)
