@@ -167,117 +167,152 @@ def _wrap(text: str, width: int) -> str:
   return "\n".join(textwrap.wrap(text, width)) or text
 
 
-def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=None):
-  """The matplotlib Figure of curves.png (Agg canvas): per column a loss panel over a probe panel,
-  up to PANELS_PER_ROW columns a row; its legend lies inside the figure, right of the panels."""
-  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
-  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
-  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
-  drawn = [r for r in table.rows if not r.supervised]
-  colors = {r.key: COLORS[i % len(COLORS)] for i, r in enumerate(drawn)}
-  every = {c.path: series(output_dir, c, results.get(c.path), random_acc) for c in todo
-           if not c.row.supervised}
-  n = max(1, len(table.columns))
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  """The figure's grid and size: `ncols` x `nrows` panel pairs, a legend column `legend_w` inches
+  wide in type of `font` points, the whole `width` x `height` inches."""
+
+  ncols: int
+  nrows: int
+  font: int
+  legend_w: float
+  width: float
+  height: float
+
+
+def _layout(columns: int, rows: int) -> _Layout:
+  """The layout of a figure of `columns` panel pairs (at least one) and `rows` drawn rows: the
+  figure is as tall as its panels or its legend (the rows and up to two more entries)."""
+  n = max(1, columns)
   ncols = min(PANELS_PER_ROW, n)
   nrows = (n + ncols - 1) // ncols
-  entries = len(drawn) + 2
+  entries = rows + 2
   font = 8 if entries <= 11 else 7
   legend_w = LEGEND_WRAP * font * 0.55 / 72 + 0.8
   legend_h = (entries * 1.6 + 2) * font * 1.5 / 72
   width = PANEL_SIZE[0] * ncols + legend_w
   height = max(PANEL_SIZE[1] * nrows + 0.7, legend_h)
-  fig = Figure(figsize=(width, height), layout="constrained")
-  FigureCanvasAgg(fig)
-  # The legend has a column of its own at the right, the height of the figure: it hides no curve and
-  # the layout keeps it inside the figure, under the title.
-  grid = fig.add_gridspec(nrows, ncols + 1, width_ratios=[PANEL_SIZE[0]] * ncols + [legend_w])
-  ax_legend = fig.add_subplot(grid[:, ncols])
-  ax_legend.axis("off")
-  any_failed = False
-  shown: set[str] = set()
-  curve_name = table.curve_evaluation.name if table.curve_evaluation is not None else "LARS"
-  for i, column in enumerate(table.columns):
-    r, c = divmod(i, ncols)
-    pair = grid[r, c].subgridspec(2, 1, height_ratios=[1.1, 1])
-    ax_loss = fig.add_subplot(pair[0])
-    ax_acc = fig.add_subplot(pair[1], sharex=ax_loss)
-    cells = _panel_cells(todo, column)
-    drawn_here = [(cell, every[cell.path]) for cell in cells if every.get(cell.path) is not None]
-    span = max([s.length for _, s in drawn_here] +
-               [int(s.rounds.max()) for _, s in drawn_here if s.rounds.size] +
-               [int(s.probe_rounds.max()) for _, s in drawn_here if s.probe_rounds.size] + [1])
-    axis = loss_axis([s.losses for _, s in drawn_here if not s.failed],
-                     [s.losses for _, s in drawn_here if s.failed])
-    probes = 0
-    for cell, s in drawn_here:
-      color = colors[cell.row.key]
-      style = dict(color=color, ls="-" if cell.row.federated else "--",
-                   lw=0.9 if cell.row.federated else 1.4)
-      shown.add(cell.row.key)
-      if s.losses.size:
-        ax_loss.plot(s.rounds, s.losses, marker="o" if s.losses.size <= MARKERS_UP_TO else None,
-                     ms=2.5, **{**style, **(dict(lw=1.6, zorder=4) if s.failed else {})})
-      if s.failed:
-        any_failed = True
-        if s.losses.size and axis is not None:
-          bottom, top = axis[1]
-          last = float(s.losses[-1])
-          y = min(max(last, bottom), top)
-          ax_loss.plot([s.rounds[-1]], [y], clip_on=False, zorder=5, **FAILED_STYLE)
-          if y != last:
-            ax_loss.annotate(f"{last:.2g} (round {s.rounds[-1]})", (s.rounds[-1], y),
-                             xytext=(6, -10), textcoords="offset points", fontsize=7, color=color)
-      if s.probe_accuracy.size:
-        probes += 1
-        ax_acc.plot(s.probe_rounds, 100 * s.probe_accuracy, marker="o", ms=3, clip_on=False,
-                    **style)
-    if axis is not None:
-      linthresh, limits = axis
-      if linthresh is None:
-        ax_loss.set_yscale("log")
-      else:
-        ax_loss.set_yscale("symlog", linthresh=linthresh)
-      ax_loss.set_ylim(*limits)
-      if linthresh is None:
-        _short_log_ticks(ax_loss, *limits)
+  return _Layout(ncols, nrows, font, legend_w, width, height)
+
+
+def _failed_marker(ax_loss, s: Series, color: str, axis) -> None:
+  """The red cross at a failed run's last finite loss, held inside the panel's y limits; a loss
+  outside them is written beside the cross."""
+  if s.losses.size and axis is not None:
+    bottom, top = axis[1]
+    last = float(s.losses[-1])
+    y = min(max(last, bottom), top)
+    ax_loss.plot([s.rounds[-1]], [y], clip_on=False, zorder=5, **FAILED_STYLE)
+    if y != last:
+      ax_loss.annotate(f"{last:.2g} (round {s.rounds[-1]})", (s.rounds[-1], y),
+                       xytext=(6, -10), textcoords="offset points", fontsize=7, color=color)
+
+
+def _draw_cell(ax_loss, ax_acc, cell, s: Series, color: str, axis) -> bool:
+  """One cell's loss curve (solid: federated, dashed: centralized) and its probe points; whether
+  it has probe points."""
+  style = dict(color=color, ls="-" if cell.row.federated else "--",
+               lw=0.9 if cell.row.federated else 1.4)
+  if s.losses.size:
+    ax_loss.plot(s.rounds, s.losses, marker="o" if s.losses.size <= MARKERS_UP_TO else None,
+                 ms=2.5, **{**style, **(dict(lw=1.6, zorder=4) if s.failed else {})})
+  if s.failed:
+    _failed_marker(ax_loss, s, color, axis)
+  if s.probe_accuracy.size:
+    ax_acc.plot(s.probe_rounds, 100 * s.probe_accuracy, marker="o", ms=3, clip_on=False,
+                **style)
+    return True
+  return False
+
+
+def _loss_y_axis(ax_loss, axis) -> None:
+  """The loss panel's y axis (`loss_axis`): log or symmetric log, its limits; "not run yet" where
+  there is nothing to draw."""
+  if axis is not None:
+    linthresh, limits = axis
+    if linthresh is None:
+      ax_loss.set_yscale("log")
     else:
-      ax_loss.text(0.5, 0.5, "not run yet", transform=ax_loss.transAxes, ha="center", fontsize=8,
-                   color="gray")
-    if raw_pixels is not None:
-      ax_acc.axhline(100 * raw_pixels, color="gray", ls=":", lw=1.2)
-    elif not probes:
-      ax_acc.text(0.5, 0.5, "no linear probe", transform=ax_acc.transAxes, ha="center", fontsize=8,
-                  color="gray")
-    lengths = [s.length for _, s in drawn_here if s.length > 0]
-    if lengths and max(lengths) > WIDE_LENGTHS * min(lengths):  # A short row beside long ones.
-      ax_loss.set_xscale("symlog", linthresh=min(lengths), linscale=0.5)
-    else:
-      ax_loss.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))
-    ax_loss.set_xlim(0, span)
-    ax_loss.set_title(_wrap(f"{column.group} {column.label}".strip(), TITLE_WRAP), fontsize=9)
-    ax_loss.tick_params(labelbottom=False, labelsize=7)
-    ax_acc.tick_params(labelsize=7)
-    ax_acc.set_xlabel("round (centralized: step)" + (", symlog" if ax_loss.get_xscale() == "symlog"
-                                                     else ""), fontsize=8)
-    for ax in (ax_loss, ax_acc):
-      ax.grid(alpha=0.3, which="major")
-    if c == 0:
-      ax_loss.set_ylabel("training loss", fontsize=8)
-      ax_acc.set_ylabel(_wrap(f"linear probe, % ({curve_name})", 34), fontsize=8)
+      ax_loss.set_yscale("symlog", linthresh=linthresh)
+    ax_loss.set_ylim(*limits)
+    if linthresh is None:
+      _short_log_ticks(ax_loss, *limits)
+  else:
+    ax_loss.text(0.5, 0.5, "not run yet", transform=ax_loss.transAxes, ha="center", fontsize=8,
+                 color="gray")
+
+
+def _round_axis(ax_loss, drawn_here) -> None:
+  """The shared x axis of a panel pair: rounds (steps) up to the longest series, symmetric-log where
+  one row is WIDE_LENGTHS times as long as another."""
+  from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+  span = max([s.length for _, s in drawn_here] +
+             [int(s.rounds.max()) for _, s in drawn_here if s.rounds.size] +
+             [int(s.probe_rounds.max()) for _, s in drawn_here if s.probe_rounds.size] + [1])
+  lengths = [s.length for _, s in drawn_here if s.length > 0]
+  if lengths and max(lengths) > WIDE_LENGTHS * min(lengths):  # A short row beside long ones.
+    ax_loss.set_xscale("symlog", linthresh=min(lengths), linscale=0.5)
+  else:
+    ax_loss.xaxis.set_major_locator(ticker.MaxNLocator(integer=True, steps=[1, 2, 2.5, 5, 10]))
+  ax_loss.set_xlim(0, span)
+
+
+def _column_panels(fig, spec, column, drawn_here, colors, raw_pixels, curve_name: str,
+                   first: bool) -> bool:
+  """A column's loss panel over its probe panel in grid cell `spec`, with the raw-pixel line (where
+  measured), titles and labels (y labels on the `first` column of a figure row); whether a run
+  drawn in it failed."""
+  pair = spec.subgridspec(2, 1, height_ratios=[1.1, 1])
+  ax_loss = fig.add_subplot(pair[0])
+  ax_acc = fig.add_subplot(pair[1], sharex=ax_loss)
+  axis = loss_axis([s.losses for _, s in drawn_here if not s.failed],
+                   [s.losses for _, s in drawn_here if s.failed])
+  probes = 0
+  for cell, s in drawn_here:
+    probes += _draw_cell(ax_loss, ax_acc, cell, s, colors[cell.row.key], axis)
+  _loss_y_axis(ax_loss, axis)
+  if raw_pixels is not None:
+    ax_acc.axhline(100 * raw_pixels, color="gray", ls=":", lw=1.2)
+  elif not probes:
+    ax_acc.text(0.5, 0.5, "no linear probe", transform=ax_acc.transAxes, ha="center", fontsize=8,
+                color="gray")
+  _round_axis(ax_loss, drawn_here)
+  ax_loss.set_title(_wrap(f"{column.group} {column.label}".strip(), TITLE_WRAP), fontsize=9)
+  ax_loss.tick_params(labelbottom=False, labelsize=7)
+  ax_acc.tick_params(labelsize=7)
+  ax_acc.set_xlabel("round (centralized: step)" + (", symlog" if ax_loss.get_xscale() == "symlog"
+                                                   else ""), fontsize=8)
+  for ax in (ax_loss, ax_acc):
+    ax.grid(alpha=0.3, which="major")
+  if first:
+    ax_loss.set_ylabel("training loss", fontsize=8)
+    ax_acc.set_ylabel(_wrap(f"linear probe, % ({curve_name})", 34), fontsize=8)
+  return any(s.failed for _, s in drawn_here)
+
+
+def _row_label(row, todo, every) -> str:
+  """A row's legend name, with the columns where its run failed ("(failed)": all of them)."""
+  name = row.name
+  own = [c for c in todo if c.row.key == row.key and every.get(c.path) is not None]
+  failed = [c for c in own if every[c.path].failed]
+  if failed:
+    name += " (failed)" if len(failed) == len(own) else (
+        f" (failed: {', '.join(c.column.key for c in failed)})")
+  return name
+
+
+def _legend_entries(table: Table, drawn, shown: set[str], todo, every, colors, any_failed: bool,
+                    raw_pixels, curve_name: str) -> tuple[list, list[str]]:
+  """(handles, labels) of the legend: each row drawn, then the failed-run marker, the raw-pixel line
+  and the centralized rows' dashes where the figure has them."""
+  from matplotlib.lines import Line2D  # pylint: disable=g-import-not-at-top
   handles, labels = [], []
   for row in drawn:
     if row.key not in shown:
       continue
-    name = row.name
-    own = [c for c in todo if c.row.key == row.key and every.get(c.path) is not None]
-    failed = [c for c in own if every[c.path].failed]
-    if failed:
-      name += " (failed)" if len(failed) == len(own) else (
-          f" (failed: {', '.join(c.column.key for c in failed)})")
     handles.append(Line2D([], [], color=colors[row.key], ls="-" if row.federated else "--",
                           lw=1.4))
-    labels.append(_wrap(name, LEGEND_WRAP))
+    labels.append(_wrap(_row_label(row, todo, every), LEGEND_WRAP))
   if any_failed:
     handles.append(Line2D([], [], **FAILED_STYLE))
     labels.append(_wrap("run failed: its last finite loss", LEGEND_WRAP))
@@ -287,10 +322,43 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
   if any(not table.row(key).federated for key in shown):
     handles.append(Line2D([], [], color="0.45", ls="--", lw=1.4))
     labels.append(_wrap("dashed: centralized (x: step)", LEGEND_WRAP))
+  return handles, labels
+
+
+def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=None):
+  """The matplotlib Figure of curves.png (Agg canvas): per column a loss panel over a probe panel,
+  up to PANELS_PER_ROW columns a row; its legend lies inside the figure, right of the panels."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
+  drawn = [r for r in table.rows if not r.supervised]
+  colors = {r.key: COLORS[i % len(COLORS)] for i, r in enumerate(drawn)}
+  every = {c.path: series(output_dir, c, results.get(c.path), random_acc) for c in todo
+           if not c.row.supervised}
+  layout = _layout(len(table.columns), len(drawn))
+  fig = Figure(figsize=(layout.width, layout.height), layout="constrained")
+  FigureCanvasAgg(fig)
+  # The legend has a column of its own at the right, the height of the figure: it hides no curve and
+  # the layout keeps it inside the figure, under the title.
+  grid = fig.add_gridspec(layout.nrows, layout.ncols + 1,
+                          width_ratios=[PANEL_SIZE[0]] * layout.ncols + [layout.legend_w])
+  ax_legend = fig.add_subplot(grid[:, layout.ncols])
+  ax_legend.axis("off")
+  any_failed = False
+  shown: set[str] = set()
+  curve_name = table.curve_evaluation.name if table.curve_evaluation is not None else "LARS"
+  for i, column in enumerate(table.columns):
+    r, c = divmod(i, layout.ncols)
+    drawn_here = [(cell, every[cell.path]) for cell in _panel_cells(todo, column)
+                  if every.get(cell.path) is not None]
+    shown.update(cell.row.key for cell, _ in drawn_here)
+    any_failed |= _column_panels(fig, grid[r, c], column, drawn_here, colors, raw_pixels,
+                                 curve_name, first=c == 0)
+  handles, labels = _legend_entries(table, drawn, shown, todo, every, colors, any_failed,
+                                    raw_pixels, curve_name)
   if handles:
-    ax_legend.legend(handles, labels, loc="upper left", borderaxespad=0, fontsize=font,
+    ax_legend.legend(handles, labels, loc="upper left", borderaxespad=0, fontsize=layout.font,
                      frameon=False, handlelength=2.2, labelspacing=0.6)
-  fig.suptitle(_wrap(f"{table.title} ({table.scale})", int(width * 13)), fontsize=9)
+  fig.suptitle(_wrap(f"{table.title} ({table.scale})", int(layout.width * 13)), fontsize=9)
   return fig
 
 

@@ -327,61 +327,61 @@ def margins_over_raw_pixels(table: Table, records, evaluation_key: str, raw_pixe
   return ("Centralized rows minus raw pixels, points: " + ", ".join(parts) + ".") if parts else ""
 
 
-def _markdown(table: Table, records, choices, random_acc, timing, baselines=None,
-              appendix: str = "", cell_baselines=None) -> str:
-  out = io.StringIO()
-  w = out.write
-  w(f"# {table.title} — `{table.name}`, scale `{table.scale}`\n\n")
-  w("Each cell: **ours** (paper). Top-1 test accuracy in percent.\n\n")
-  groups = []
-  for c in table.columns:
-    if not groups or groups[-1][0] != c.group:
-      groups.append((c.group, []))
-    groups[-1][1].append(c)
-  header = ["", *[f"{g} {c.label}" for g, cs in groups for c in cs]]
+def _results_table(table: Table, records, e) -> list[str]:
+  """An evaluation's grid: a row per table row, a cell per column (a row without columns fills the
+  first)."""
   by = {(r["evaluation"], r["row"], r["column"]): r for r in records}
-  for e in table.evaluations:
-    w(f"## {e.name}\n\n")
-    w(f"| {table.column_heading} | " +
-      " | ".join(header[1:]) + " |\n")
-    w("|---" * len(header) + "|\n")
-    for row in table.rows:
-      cells = []
-      if row.federated:
-        for c in table.columns:
-          rec = by[(e.key, row.key, c.key)]
-          cells.append(_cell_text(rec))
-      else:
-        rec = by[(e.key, row.key, "")]
-        cells = [_cell_text(rec)] + [""] * (len(table.columns) - 1)
-      w(f"| {row.name} | " + " | ".join(cells) + " |\n")
-    if not (baselines and e.key in baselines):
-      w("\n")
+  headings = [f"{c.group} {c.label}" for c in table.columns]
+  lines = [f"| {table.column_heading} | " + " | ".join(headings) + " |\n",
+           "|---" * (len(headings) + 1) + "|\n"]
+  for row in table.rows:
+    if row.federated:
+      cells = [_cell_text(by[(e.key, row.key, c.key)]) for c in table.columns]
     else:
-      # What a pretrained encoder must beat under this protocol (same labels, same probe budget):
-      # the table's, or each column's where a column changes them (its dataset, say).
-      per_column = column_baselines(table, cell_baselines or {}, e.key)
-      for key, name in BASELINE_ROWS:
-        if per_column and len({v[key] for v in per_column.values()}) > 1:
-          w(f"| *{name}* | " + " | ".join(fmt(per_column.get(c.key, {}).get(key))
-                                          for c in table.columns) + " |\n")
-        else:
-          w(f"| *{name}* | {fmt(baselines[e.key][key])} |" + " |" * (len(table.columns) - 1) +
-            "\n")
-      w("\n")
-      w(f"{beats_raw_pixels(table, records, e.key, baselines[e.key]['raw_pixels'], cell_baselines)}"
-        "\n\n")
-      margins = margins_over_raw_pixels(table, records, e.key, baselines[e.key]["raw_pixels"])
-      if margins:
-        w(f"{margins}\n\n")
-  if not baselines:
-    w(f"Linear probe of the encoder at random initialization: {fmt(random_acc)}.\n\n")
-  w("## Learning rates\n\n")
+      cells = [_cell_text(by[(e.key, row.key, "")])] + [""] * (len(table.columns) - 1)
+    lines.append(f"| {row.name} | " + " | ".join(cells) + " |\n")
+  return lines
+
+
+def _baseline_lines(table: Table, records, e, baselines, cell_baselines) -> list[str]:
+  """Under an evaluation's grid, what a pretrained encoder must beat under its protocol (same
+  labels, same probe budget): the table's baselines, or each column's where a column changes them
+  (its dataset, say), then the lines that read them; a blank line where there are none."""
+  if not (baselines and e.key in baselines):
+    return ["\n"]
+  lines = []
+  per_column = column_baselines(table, cell_baselines or {}, e.key)
+  for key, name in BASELINE_ROWS:
+    if per_column and len({v[key] for v in per_column.values()}) > 1:
+      lines.append(f"| *{name}* | " + " | ".join(fmt(per_column.get(c.key, {}).get(key))
+                                                 for c in table.columns) + " |\n")
+    else:
+      lines.append(f"| *{name}* | {fmt(baselines[e.key][key])} |" +
+                   " |" * (len(table.columns) - 1) + "\n")
+  lines.append("\n")
+  raw_pixels = baselines[e.key]["raw_pixels"]
+  lines.append(f"{beats_raw_pixels(table, records, e.key, raw_pixels, cell_baselines)}\n\n")
+  margins = margins_over_raw_pixels(table, records, e.key, raw_pixels)
+  if margins:
+    lines.append(f"{margins}\n\n")
+  return lines
+
+
+def _evaluation_section(table: Table, records, e, baselines, cell_baselines) -> str:
+  """An evaluation's section: its grid of ours (paper), then its baselines."""
+  return "".join([f"## {e.name}\n\n", *_results_table(table, records, e),
+                  *_baseline_lines(table, records, e, baselines, cell_baselines)])
+
+
+def _learning_rates_section(table: Table, choices) -> str:
+  """The rows' learning rates: the pilots' choices (a table of their validation scores), then each
+  other row's, fixed or waiting for its pilots."""
+  lines = ["## Learning rates\n\n"]
   if choices:
-    w("Chosen per row on a validation split held out of the training data (never the test split); "
-      "pilot runs of the length given (rounds or steps):\n\n")
-    w("| row | chosen | validation linear probe per candidate | pilot length | column |\n")
-    w("|---|---|---|---|---|\n")
+    lines += ["Chosen per row on a validation split held out of the training data (never the test "
+              "split); pilot runs of the length given (rounds or steps):\n\n",
+              "| row | chosen | validation linear probe per candidate | pilot length | column |\n",
+              "|---|---|---|---|---|\n"]
     for row in table.rows:
       if row.key in choices:
         ch = choices[row.key]
@@ -389,51 +389,82 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
                            for lr, s in ch["validation_linear_probe"].items())
         if ch.get("selected_with"):
           scores = f"{table.row(ch['selected_with']).name}'s choice ({scores})"
-        w(f"| {row.name} | {ch['field']} = {ch['learning_rate']:g} | {scores} | "
-          f"{ch['pilot_length']} | {ch['column'] or '—'} |\n")
-    w("\n")
-  others = [r for r in table.rows if r.key not in choices]
+        lines.append(f"| {row.name} | {ch['field']} = {ch['learning_rate']:g} | {scores} | "
+                     f"{ch['pilot_length']} | {ch['column'] or '—'} |\n")
+    lines.append("\n")
   pending = {r.key for r in table.chosen_rows}
-  for row in others:
+  for row in table.rows:
+    if row.key in choices:
+      continue
     if row.key in pending:  # Its pilots (or those of the row it takes its choice from) not run yet.
-      w(f"- {row.name}: {row.lr_field} from pilots not run yet (candidates "
-        f"{', '.join(f'{lr:g}' for lr in row.learning_rates)}).\n")
+      lines.append(f"- {row.name}: {row.lr_field} from pilots not run yet (candidates "
+                   f"{', '.join(f'{lr:g}' for lr in row.learning_rates)}).\n")
       continue
     lr = getattr(table.cell_config(row, table.columns[0] if row.federated else None), row.lr_field)
-    w(f"- {row.name}: fixed {row.lr_field} {lr:g}.\n")
+    lines.append(f"- {row.name}: fixed {row.lr_field} {lr:g}.\n")
+  return "".join(lines)
+
+
+def _notes_section(table: Table, records) -> str:
+  """The table's notes, then each status of a cell that has no number (empty when neither)."""
   notes = sorted({r["status"] for r in records if r["status"] not in ("ok", "")})
-  if notes or table.notes:
-    w("\n## Notes\n\n")
-    for n in table.notes:
-      w(f"- {n}\n")
-    for n in notes:  # Each with the mark its cells carry in the tables above.
-      mark = "— " if n.startswith("not run:") else "… " if n == "not run yet" else ""
-      w(f"- {mark}{n}\n")
-  g = gate(table, records, baselines, cell_baselines)
-  w("\n## Gate\n\n")
-  w("\n".join(gate_lines(table, g)) + "\n")
-  if table.claims:
-    w("\n## The paper's claims\n\n")
-    w("Every comparison the paper makes about these rows, checked in every column it applies to, "
-      "at each evaluation it reads (the numbers: one per evaluation; a claim holds where it holds "
-      "at all of them).\n\n")
-    for line in claim_sources(table):
-      w(f"- {line}\n")
-    w("\nChecked:\n\n")
-    for line in claim_lines(table, records, g):
-      w(f"- {line}\n")
+  if not (notes or table.notes):
+    return ""
+  lines = ["\n## Notes\n\n"] + [f"- {n}\n" for n in table.notes]
+  for n in notes:  # Each with the mark its cells carry in the tables above.
+    mark = "— " if n.startswith("not run:") else "… " if n == "not run yet" else ""
+    lines.append(f"- {mark}{n}\n")
+  return "".join(lines)
+
+
+def _claims_section(table: Table, records, g: Gate) -> str:
+  """The paper's claims, their sources, then each checked (empty for a table without claims)."""
+  if not table.claims:
+    return ""
+  lines = ["\n## The paper's claims\n\n",
+           "Every comparison the paper makes about these rows, checked in every column it "
+           "applies to, at each evaluation it reads (the numbers: one per evaluation; a claim "
+           "holds where it holds at all of them).\n\n"]
+  lines += [f"- {line}\n" for line in claim_sources(table)]
+  lines.append("\nChecked:\n\n")
+  lines += [f"- {line}\n" for line in claim_lines(table, records, g)]
+  return "".join(lines)
+
+
+def _checks_section(table: Table, records, g: Gate) -> str:
+  """The table's own checks (a table without claims always has the section, empty or not)."""
   extra = table.checks(table, records, g) if table.checks else []
-  if extra or not table.claims:
-    w("\n## Checks\n\n")
-    for line in extra:
-      w(f"- {line}\n")
-  if appendix:
-    w(f"\n{appendix.rstrip()}\n")
+  if not (extra or not table.claims):
+    return ""
+  return "".join(["\n## Checks\n\n"] + [f"- {line}\n" for line in extra])
+
+
+def _run_time(timing) -> str:
+  """The closing line: the invocations' time and the training runs' share of it."""
   inv = timing.get("invocations", [])
-  w(f"\nRun time: {sum(inv) / 60:.1f} min over {len(inv)} invocation(s) of bin/reproduce "
-    f"({sum(timing.get('runs', {}).values()) / 60:.1f} min in training runs and their "
-    f"evaluations).\n")
-  return out.getvalue()
+  return (f"\nRun time: {sum(inv) / 60:.1f} min over {len(inv)} invocation(s) of bin/reproduce "
+          f"({sum(timing.get('runs', {}).values()) / 60:.1f} min in training runs and their "
+          f"evaluations).\n")
+
+
+def _markdown(table: Table, records, choices, random_acc, timing, baselines=None,
+              appendix: str = "", cell_baselines=None) -> str:
+  """table.md: the title, a section per evaluation, the learning rates, the notes, the gate, the
+  paper's claims, the table's checks, its appendix and the run time."""
+  parts = [f"# {table.title} — `{table.name}`, scale `{table.scale}`\n\n",
+           "Each cell: **ours** (paper). Top-1 test accuracy in percent.\n\n"]
+  parts += [_evaluation_section(table, records, e, baselines, cell_baselines)
+            for e in table.evaluations]
+  if not baselines:
+    parts.append(f"Linear probe of the encoder at random initialization: {fmt(random_acc)}.\n\n")
+  parts += [_learning_rates_section(table, choices), _notes_section(table, records)]
+  g = gate(table, records, baselines, cell_baselines)
+  parts += ["\n## Gate\n\n", "\n".join(gate_lines(table, g)) + "\n",
+            _claims_section(table, records, g), _checks_section(table, records, g)]
+  if appendix:
+    parts.append(f"\n{appendix.rstrip()}\n")
+  parts.append(_run_time(timing))
+  return "".join(parts)
 
 
 def column_baselines(table: Table, cell_baselines: dict, evaluation_key: str) -> dict:
