@@ -61,13 +61,13 @@ def centralized_steps(model, scenario, images, ids):
 
 def xla_process(model, image_shape, scenario):
   """A grouped DCCO process whose two client phases are XLA-compiled `tf.function`s."""
-  original_training, original_encode = dcco.local_training, common.encode_views
-  dcco.local_training = tf.function(original_training, jit_compile=True, autograph=False)
+  original_training, original_encode = dcco.train_against, common.encode_views
+  dcco.train_against = tf.function(original_training, jit_compile=True, autograph=False)
   common.encode_views = tf.function(original_encode, jit_compile=True, autograph=False)
   try:
     return bench.build_process(scenario, model, image_shape)
   finally:
-    dcco.local_training, common.encode_views = original_training, original_encode
+    dcco.train_against, common.encode_views = original_training, original_encode
 
 
 def main() -> int:

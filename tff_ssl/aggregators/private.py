@@ -49,21 +49,12 @@ class PrivateFactory(StrategyFactory):
 
   # -- per client (TensorFlow) -------------------------------------------------------------------
   def initial_accumulator(self, value_specs):
-    zero = tf.constant(0.0)
-    return collections.OrderedDict(record=self.release(value_specs).zero(), clients=zero,
-                                   norm=zero, clipped=zero)
+    return self.release(value_specs).empty()
 
   def fold(self, acc, update, info: ClientInfo, argument):
     del info  # Uniform: neither N_k nor the loss enters.
     specs = [tf.TensorSpec(u.shape, u.dtype) for u in update]
-    release = self.release(specs)
-    record = release.add(acc["record"], argument, update)
-    # Diagnostics of the clip (summed without noise, outside the guarantee, as the loss is): the
-    # clients' update norms and how many the clip shortened.
-    norm = tf.linalg.global_norm(list(update))
-    return collections.OrderedDict(
-        record=record, clients=acc["clients"] + 1.0, norm=acc["norm"] + norm,
-        clipped=acc["clipped"] + tf.cast(norm > release.clip_of(argument), tf.float32))
+    return self.release(specs).fold(acc, argument, list(update))
 
   def finalize(self, acc, model):
     del model
@@ -139,14 +130,12 @@ class PrivateFactory(StrategyFactory):
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(contribution_type, tff.CLIENTS))
     def next_fn(state, contributions):
-      result, release_state, clip = process.next(state.release, contributions.record)
+      result, release_state, measured = process.release_of(state.release, contributions)
       # The count of clients is public (a fixed-size sample); reported as every strategy does.
-      clients = tff.federated_sum(contributions.clients)
       new_state = tff.federated_zip(collections.OrderedDict(
           round=tff.federated_map(increment, state.round), release=release_state))
       return tff.templates.MeasuredProcessOutput(
           state=new_state, result=result, measurements=tff.federated_map(finish, (
-              clients, clip, tff.federated_sum(contributions.norm),
-              tff.federated_sum(contributions.clipped))))
+              measured.clients, measured.clip, measured.norm, measured.clipped)))
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

@@ -162,10 +162,11 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
     return {"statistics": process.config.loss.statistics(*common.encode_views(model, w, v1, v2)),
             "count": tf.cast(tf.shape(ids)[0], process.dtype)}
 
+  client = dcco_lib.client_config(process.config)
+
   @tf.function
   def phase2(w, x, ids, s, aggregate):
-    v1, v2 = common.views({"images": x, "ids": ids}, s, AUGMENT)
-    return dcco_lib.local_training(model, process.config, w, v1, v2, aggregate)
+    return dcco_lib.train_against(model, client, w, s, {"images": x, "ids": ids}, aggregate)
 
   aggregate = phase1(weights, group["images"], group["ids"], tf.constant(seed))
   w_type = common.flat_type(model.weight_specs)

@@ -3,10 +3,11 @@ plug-in (`ClientTerm`) by which a method adds to it without editing it.
 
     local_training(model, cfg, weights, seed, data, mask, carried)
       for each local step (E epochs of the client's images, full batch or batches of B):
-        views v1, v2 of the batch, keyed by (seed, step, ids)
+        views v1, v2 of the batch, keyed by (seed, step, ids) (`step_views` False: by (seed, ids),
+          the same views at every step)
         with every term's scope (e.g. depth dropout: skipped blocks):
           outputs = the model's projections (and predictions, encoder features) of both views
-          loss    = the SSL method's loss + each term's loss
+          loss    = the SSL method's loss (none where `ssl` is "") + each term's loss
         one client optimizer step on the trained tensors (`mask`)
         carried = the SSL method's next state (EMA target, queue) and each term's `after_step`
       -> (Delta_k, first-step loss, mean loss, what was carried to the end)
@@ -45,6 +46,11 @@ from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.losses import moco
 
 DEFAULT_TARGET_DECAY = ssl_lib.DEFAULT_TARGET_DECAY
+
+# `ClientConfig.ssl` "": the client has no SSL loss of its own, its terms' losses are its loss (DCCO's
+# statistics term, whose loss reads the round's broadcast aggregate).
+TERMS_ONLY = ssl_lib.SSLMethod(name="", loss=lambda outputs, hparams: None, per_client_loss=None,
+                               min_samples=1)
 
 # The fields of a client's batches and decay (their one check; `common` has the local training's).
 LOCAL_BATCH_SIZE = Field("local_batch_size", 0, "FedAvg-style: client batch size (0: the client's "
@@ -157,6 +163,9 @@ class ClientConfig:
     pass on its own, never several clients' images in one batch).
   lr_schedule, warmup_fraction, rounds: the clients' learning rate over the run's `rounds` rounds
     (`schedule`, a `local_steps.ClientSchedule`); a client reads its round from the round's seed.
+  ssl: an SSL method (`tff_ssl.ssl`), or "" for none: the terms' losses alone (`TERMS_ONLY`).
+  step_views: new views at each local step (full batch); False: the round's views at every step
+    (DCCO's, whose aggregate statistics are over the round's views).
   """
 
   ssl: str = "cco"
@@ -174,10 +183,14 @@ class ClientConfig:
   lr_schedule: str = "constant"
   warmup_fraction: float = 0.0
   rounds: int = 1
+  step_views: bool = True
 
   def __post_init__(self):
     self.schedule  # pylint: disable=pointless-statement (checks the schedule's fields)
-    ssl_lib.get(self.ssl)
+    if not self.ssl and not self.terms:
+      raise ValueError("a client without an SSL method (ssl '') trains on its terms' losses; "
+                       "give it at least one term")
+    self.method  # pylint: disable=pointless-statement (checks the SSL method's name)
     HEAD_NORM.check(self.head_norm)
     local_steps.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
@@ -185,6 +198,9 @@ class ClientConfig:
     LOCAL_UNIT.check(self.local_unit)
     if self.local_batch_size == 1:
       raise ValueError("local_batch_size must be 0 (full batch) or >= 2; got 1")
+    if self.local_batch_size and not self.step_views:
+      raise ValueError("the round's views at every step (step_views False) are full-batch "
+                       "training's; local_batch_size must be 0")
     CLIENT_WEIGHT_DECAY.check(self.client_weight_decay)
     keys = [t.key for t in self.terms]
     if len(set(keys)) != len(keys) or not all(keys) or set(keys) & {"target", "queue"}:
@@ -193,7 +209,7 @@ class ClientConfig:
 
   @property
   def method(self) -> ssl_lib.SSLMethod:
-    return ssl_lib.get(self.ssl)
+    return ssl_lib.get(self.ssl) if self.ssl else TERMS_ONLY
 
   @property
   def schedule(self) -> local_steps.ClientSchedule:
@@ -264,7 +280,9 @@ def client_loss(cfg: ClientConfig, step: Step, carried: dict | None = None,
     if record is not None:
       record[t.key] = rec
     if value is not None:
-      loss += value
+      loss = value if loss is None else loss + value
+  if loss is None:
+    raise ValueError("the client's step has no loss: no SSL method and no acting term")
   return loss
 
 
@@ -312,7 +330,7 @@ def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, ca
 
   def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
-    v1, v2 = common.views(data, step_seed, cfg.augment)
+    v1, v2 = common.views(data, step_seed if cfg.step_views else seed, cfg.augment)
     with step_scope(cfg, step_seed, state[0]):
       outputs = view_outputs(model, method, current, state[0].get("target"), v1, v2,
                              state[0].get("queue"))

@@ -20,6 +20,10 @@ computations composed in Python (`aggregate_statistics`, `aggregate_updates`; th
       Δ = federated_mean(Δ_k, weight=N_k) ◄──
     server: w ← server_optimizer(w, gradient=Δ)
 
+Phase 2 is the clients' shared local training (`client_work.local_training`) with no SSL loss of its
+own and one term, `StatisticsTerm` (the loss of <>_C against the broadcast <>_A), on the round's views
+at every local step. DP-DCCO's two releases go through `privacy.release`, DP-FedAvg's path.
+
 With one local gradient-descent step and N_k weights, a round equals one centralized step on the union
 of the round's images (Appendix A); `tests/methods/test_dcco.py` checks it numerically. <>_C has the
 value of <>_A and the gradient of <>_k. With several local steps the local statistics are recomputed at
@@ -50,7 +54,7 @@ from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.privacy import PrivacyConfig
 from tff_ssl.privacy.release import PrivateRelease, dp_event
-from tff_ssl.federated import common, grouping
+from tff_ssl.federated import client_work, common, grouping
 from tff_ssl.federated import local_steps
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
@@ -118,29 +122,58 @@ def _field(struct, name):
   return struct[name] if isinstance(struct, dict) else getattr(struct, name)
 
 
-def local_training(model: FunctionalModel, cfg: DCCOConfig, weights, v1, v2, aggregate,
-                   eps: float | None = None):
-  """A client's local steps against aggregate statistics: (Delta_k, the first step's loss, the first
-  step's local statistics <>_k). `aggregate`: {"statistics": <>_A, "count": N}. `eps`: the loss's
-  variance floor (default the loss's own; DP-DCCO adds the noise's scale, `DCCOProcess.variance_eps`).
+class StatisticsTerm(client_work.ClientTerm):
+  """DCCO's client loss (eq. 3) as the client's one term: the statistics loss of
+  <>_C = <>_k + stop_gradient(<>_A - <>_k) over the round's aggregate <>_A and its count N.
 
-  Phase 2 of a client's round, which the process's computations look up by name when they are
-  traced: `bin/benchmark --profile` times it on its own, `tools/xla_check.py` wraps it."""
-  entry = cfg.loss
-  statistics = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
-  count = _field(aggregate, "count")
-  first = []
+  What it carries (`carried["dcco"]`, given by the round): {"aggregate": {"statistics": <>_A,
+  "count": N}, "local": None}; after the first step "local" holds that step's <>_k (the statistics a
+  client releases with `--dcco_statistics=previous`). `eps`: the loss's variance floor (None: the
+  loss's own; DP-DCCO adds the noise's scale, `DCCOProcess.variance_eps`)."""
 
-  def loss_of(current, step):
-    f, g = common.encode_views(model, current, v1, v2)
-    local = entry.statistics(f, g)
-    if step == 0:  # The statistics this client releases (`--dcco_statistics=previous`).
-      first.append(local)
-    return entry.loss(combined(local, statistics), count, cfg.hparams, eps)
+  key = "dcco"
 
-  delta, loss, _ = local_steps.train(weights, cfg.local_steps, cfg.client_optimizer,
-                                         cfg.client_learning_rate, loss_of)
-  return delta, loss, first[0]
+  def __init__(self, ssl: str, hparams: ssl_lib.Hparams, eps: float | None = None):
+    self.ssl, self.hparams, self.eps = ssl, hparams, eps
+
+  @property
+  def stateful(self) -> bool:
+    return True
+
+  def loss(self, step, carried):
+    entry = losses.get_statistics(self.ssl)
+    aggregate = carried["aggregate"]
+    local = entry.statistics(step.outputs.z1, step.outputs.z2)
+    statistics = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
+    value = entry.loss(combined(local, statistics), _field(aggregate, "count"), self.hparams,
+                       self.eps)
+    return value, local
+
+  def after_step(self, carried, step, record):
+    del step
+    return carried if carried["local"] is not None else dict(carried, local=record)
+
+
+def client_config(cfg: DCCOConfig, eps: float | None = None) -> client_work.ClientConfig:
+  """DCCO's clients as the shared client work runs them: no SSL loss but the statistics term, the
+  round's views at every local step."""
+  return client_work.ClientConfig(
+      ssl="", terms=(StatisticsTerm(cfg.ssl, cfg.hparams, eps),), step_views=False,
+      client_optimizer=cfg.client_optimizer, client_learning_rate=cfg.client_learning_rate,
+      local_steps=cfg.local_steps, augment=cfg.augment, seed=cfg.seed)
+
+
+def train_against(model: FunctionalModel, client: client_work.ClientConfig, weights, seed, data,
+                  aggregate):
+  """Phase 2 for one client (or a group's images as one batch): `client_work.local_training` against
+  the round's `aggregate` ({"statistics": <>_A, "count": N}). Returns (Delta_k, the first step's
+  loss, the first step's local statistics <>_k).
+
+  The process's computations look it up by name when they are traced: `bin/benchmark --profile`
+  times it on its own, `tools/xla_check.py` wraps it."""
+  delta, loss, _, carried = client_work.local_training(
+      model, client, weights, seed, data, carried={"dcco": {"aggregate": aggregate, "local": None}})
+  return delta, loss, carried["dcco"]["local"]
 
 
 def client_segments(data):
@@ -205,52 +238,70 @@ class DCCOProcess(server_step.ServerLoop):
     self.config = config
     self.simulation = simulation
     self.split_phases = split_phases
-    specs = model.weight_specs
-    w_type = common.flat_type(specs)  # The weights cross the TFF boundary as one vector.
-    data_type = (grouping.group_input_type(image_shape) if simulation.grouped
-                 else common.client_input_type(image_shape))
-    cfg = config
-    entry = cfg.loss
+    self.w_type = common.flat_type(model.weight_specs)  # The weights cross TFF as one vector.
+    self.data_type = (grouping.group_input_type(image_shape) if simulation.grouped
+                      else common.client_input_type(image_shape))
     # The model's float type (float32; float64 under `set_floatx("float64")`): the statistics,
     # weights and counts are all of it.
-    dtype = tf.as_dtype(w_type.dtype)
-    self.dtype = dtype
-    stats_type = tff.StructWithPythonType(
-        [(name, tff.TensorType(dtype.as_numpy_dtype, shape))
-         for name, shape in entry.shapes(model.output_dim).items()], collections.OrderedDict)
+    self.dtype = tf.as_dtype(self.w_type.dtype)
+    self.stats_type = tff.StructWithPythonType(
+        [(name, tff.TensorType(self.dtype.as_numpy_dtype, shape))
+         for name, shape in config.loss.shapes(model.output_dim).items()], collections.OrderedDict)
     # What phase 2 trains against: the aggregate statistics and the images they are over.
-    aggregate_type = tff.StructWithPythonType(
-        [("statistics", stats_type), ("count", tff.TensorType(dtype.as_numpy_dtype))],
+    self.aggregate_type = tff.StructWithPythonType(
+        [("statistics", self.stats_type), ("count", tff.TensorType(self.dtype.as_numpy_dtype))],
         collections.OrderedDict)
-    self.stats_type, self.aggregate_type = stats_type, aggregate_type
-    # One batched pass is exact for a group when the update is linear in the gradient (module doc).
-    batched = not simulation.grouped or (cfg.local_steps == 1 and simulation.batch_one_step)
-    release = cfg.stale  # Phase 2 also returns the clients' statistics (the next round's).
+    self.client_statistics = self._client_statistics()
+    self.client_update = self._client_update()
+    self._round_computations()
+    if config.privacy.any:
+      if split_phases:
+        raise ValueError("DCCO with --dp, --secure_aggregation or --compression carries its "
+                         "aggregators' state through both phases of one computation; it does not "
+                         "run across --workers yet")
+      if config.privacy.enabled:
+        self._build_dp()
+      else:
+        self._build_weighted()
 
-    def weight_of(data):
-      return tf.cast(common.num_examples(data), dtype)
+  def _weight_of(self, data):
+    return tf.cast(common.num_examples(data), self.dtype)
 
-    @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type)
+  def _client_statistics(self):
+    """Phase 1 at a slot: (<>_k, N_k). The statistics are means over images, so a group's
+    N_g-weighted mean over its clients is the statistics of its concatenated images."""
+    model, cfg, specs = self.model, self.config, self.model.weight_specs
+
+    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.data_type)
     def client_statistics(weights, seed, data):
       weights = common.unflatten_tensors(weights, specs)
-      # The statistics are means over images, so a group's N_g-weighted mean over its clients is the
-      # statistics of its concatenated images.
       v1, v2 = common.views(data, seed, cfg.augment)
       f, g = common.encode_views(model, weights, v1, v2)
-      return entry.statistics(f, g), weight_of(data)
+      return cfg.loss.statistics(f, g), self._weight_of(data)
 
-    @tff.tensorflow.computation(w_type, common.SEED_TYPE, aggregate_type, data_type)
+    return client_statistics
+
+  def _client_update(self):
+    """Phase 2 at a slot: (Δ, N, loss[, this round's statistics where they are released]); a
+    group's N_k-weighted means."""
+    model, cfg, specs, dtype = self.model, self.config, self.model.weight_specs, self.dtype
+    # One batched pass is exact for a group when the update is linear in the gradient (module doc).
+    batched = not self.simulation.grouped or (cfg.local_steps == 1 and
+                                              self.simulation.batch_one_step)
+    client = client_config(cfg)
+    release = cfg.stale  # Phase 2 also returns the clients' statistics (the next round's).
+
+    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.aggregate_type, self.data_type)
     def client_update(weights, seed, aggregate, data):
       weights = common.unflatten_tensors(weights, specs)
       if batched:
-        v1, v2 = common.views(data, seed, cfg.augment)
-        delta, loss, local = local_training(model, cfg, weights, v1, v2, aggregate)
-        out = (common.flatten(delta), weight_of(data), loss)
+        delta, loss, local = train_against(model, client, weights, seed, data, aggregate)
+        out = (common.flatten(delta), self._weight_of(data), loss)
         return out + (local,) if release else out
 
       def one_client(images, ids, acc):
-        v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
-        delta, loss, local = local_training(model, cfg, weights, v1, v2, aggregate)
+        delta, loss, local = train_against(model, client, weights, seed,
+                                           {"images": images, "ids": ids}, aggregate)
         n = tf.cast(tf.shape(ids)[0], dtype)
         # The released statistics are summed only where they are released (d x d a client).
         released = [s + n * x for s, x in zip(acc[3], local.values())] if release else []
@@ -258,18 +309,23 @@ class DCCOProcess(server_step.ServerLoop):
                 released)
 
       zero = tf.constant(0.0, dtype)
-      stats_zero = [tf.zeros(t.shape, dtype) for t in stats_type] if release else []
+      stats_zero = [tf.zeros(t.shape, dtype) for t in self.stats_type] if release else []
       sums = grouping.fold_clients(
           data, one_client, ([tf.zeros_like(w) for w in weights], zero, zero, stats_zero))
       out = (common.flatten([s / sums[1] for s in sums[0]]), sums[1], sums[2] / sums[1])
       if not release:
         return out
-      return out + (collections.OrderedDict(zip(entry.names, [x / sums[1] for x in sums[3]])),)
+      return out + (collections.OrderedDict(zip(cfg.loss.names, [x / sums[1] for x in sums[3]])),)
 
-    def mean_and_count(values, weights):
-      return tff.federated_zip(collections.OrderedDict(
-          statistics=tff.federated_mean(values, weight=weights),
-          count=tff.federated_sum(weights)))
+    return client_update
+
+  def _round_computations(self):
+    """`aggregate_statistics`, `aggregate_updates` and `run_round` (the class docstring)."""
+    client_statistics, client_update = self.client_statistics, self.client_update
+    release = self.config.stale
+    weights_type = tff.FederatedType(self.w_type, tff.SERVER)
+    seed_type = tff.FederatedType(common.SEED_TYPE, tff.SERVER)
+    data_type = tff.FederatedType(self.data_type, tff.CLIENTS)
 
     def phase_two(weights_at_clients, seed_at_clients, aggregate, data):
       out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
@@ -277,28 +333,22 @@ class DCCOProcess(server_step.ServerLoop):
       result = collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
                                        loss=tff.federated_mean(out[2], weight=out[1]))
       if release:  # This round's statistics, for the next round.
-        result["next"] = mean_and_count(out[3], out[1])
+        result["next"] = _mean_and_count(out[3], out[1])
       return result
 
-    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
-                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(data_type, tff.CLIENTS))
+    @tff.federated_computation(weights_type, seed_type, data_type)
     def aggregate_statistics(weights, seed, data):
       out = tff.federated_map(client_statistics, (tff.federated_broadcast(weights),
                                                   tff.federated_broadcast(seed), data))
-      return mean_and_count(out[0], out[1])
+      return _mean_and_count(out[0], out[1])
 
-    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
-                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(aggregate_type, tff.SERVER),
-                               tff.FederatedType(data_type, tff.CLIENTS))
+    @tff.federated_computation(weights_type, seed_type,
+                               tff.FederatedType(self.aggregate_type, tff.SERVER), data_type)
     def aggregate_updates(weights, seed, aggregate, data):
       return phase_two(tff.federated_broadcast(weights), tff.federated_broadcast(seed), aggregate,
                        data)
 
-    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
-                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(data_type, tff.CLIENTS))
+    @tff.federated_computation(weights_type, seed_type, data_type)
     def run_round(weights, seed, data):
       # Both phases in one computation: the weights and the data cross into TFF's worker once and
       # the statistics stay there. TFF's multi-worker (mergeable) execution refuses it: there
@@ -306,157 +356,161 @@ class DCCOProcess(server_step.ServerLoop):
       weights_at_clients = tff.federated_broadcast(weights)
       seed_at_clients = tff.federated_broadcast(seed)
       out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
-      return phase_two(weights_at_clients, seed_at_clients, mean_and_count(out[0], out[1]), data)
+      return phase_two(weights_at_clients, seed_at_clients, _mean_and_count(out[0], out[1]), data)
 
-    if cfg.privacy.any:
-      if split_phases:
-        raise ValueError("DCCO with --dp, --secure_aggregation or --compression carries its "
-                         "aggregators' state through both phases of one computation; it does not "
-                         "run across --workers yet")
-      self._build_private(w_type, data_type, stats_type, client_statistics, client_update)
-    self.client_statistics = client_statistics
-    self.client_update = client_update
     self.aggregate_statistics = aggregate_statistics
     self.aggregate_updates = aggregate_updates
     self.run_round = run_round
 
-  def _build_private(self, w_type, data_type, stats_type, client_statistics, client_update):
-    """The round through private releases (DP: per-client clipped sums, noised, over the public
-    denominator) or TFF's secure / compressed weighted means: `private_round`, and the
-    aggregators' state (`ServerState.aggregator_state`)."""
-    cfg, model, specs = self.config, self.model, self.model.weight_specs
-    privacy = cfg.privacy
-    stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in stats_type]
-    flat = common.flat_spec(specs)
-    entry = cfg.loss
-    variance_eps = entry.eps
-    if privacy.enabled:
-      sigma = privacy.sigma
-      # The noised <F^2> and <F>^2 are each off by about sigma C_s / D: a variance below that is
-      # noise, and dividing by its square root amplifies the noise without bound (seen: losses of
-      # 1e14 at sigma 1). Post-processing (free under DP): the noise's scale joins eps.
-      if not privacy.statistics_unclipped:
-        variance_eps += sigma * privacy.clip_value(statistics=True) / cfg.denominator
-      stats_phase = PrivateRelease(privacy, sigma, cfg.denominator, stat_specs, release=0,
-                                   statistics=True).create()
-      update_phase = PrivateRelease(privacy, sigma, cfg.denominator, [flat], release=1).create()
-      self.noise_multiplier = sigma
-    else:
-      mean = tff.aggregators.MeanFactory
-      if privacy.secure_aggregation:
-        secure = tff.learning.secure_aggregator(zeroing=False, clipping=False, weighted=True)
-        stats_factory = update_factory = secure
+  # -- private rounds: DP, or TFF's secure / compressed weighted means -------------------------------
+  def _build_dp(self):
+    """DP-DCCO: both phases through `privacy.release` (each real client's N_k-times value clipped
+    and summed in its slot, `PrivateRelease.fold`; the sum noised over the public denominator,
+    `ReleaseProcess.release`), as DP-FedAvg's update is (`aggregators.private`). Sets
+    `private_round`, its aggregators' state (`ServerState.aggregator_state`) and `variance_eps`."""
+    cfg, privacy, sigma = self.config, self.config.privacy, self.config.privacy.sigma
+    stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type]
+    stats_phase = PrivateRelease(privacy, sigma, cfg.denominator, stat_specs, release=0,
+                                 statistics=True).create()
+    update_phase = PrivateRelease(privacy, sigma, cfg.denominator,
+                                  [common.flat_spec(self.model.weight_specs)], release=1).create()
+    self.noise_multiplier = sigma
+    # The noised <F^2> and <F>^2 are each off by about sigma C_s / D: a variance below that is
+    # noise, and dividing by its square root amplifies the noise without bound (seen: losses of
+    # 1e14 at sigma 1). Post-processing (free under DP): the noise's scale joins eps.
+    self.variance_eps = cfg.loss.eps
+    if not privacy.statistics_unclipped:
+      self.variance_eps += sigma * privacy.clip_value(statistics=True) / cfg.denominator
+    self.client_statistics_sum = self._client_statistics_sum(stats_phase)
+    self.client_update_sum = self._client_update_sum(update_phase)
+    init_fn = _initial_states(stats_phase, update_phase)
+    self._aggregator = _Initial(init_fn)
+    self.private_round = self._dp_round(stats_phase, update_phase, init_fn)
+
+  def _client_statistics_sum(self, phase):
+    """Phase 1 at a slot under DP: each real client's N_k <>_k clipped to the statistics clip,
+    summed (one batched pass, `StatisticsLoss.clipped_sum`), as `PrivateRelease.fold` would."""
+    model, cfg, specs, release = self.model, self.config, self.model.weight_specs, phase.release
+
+    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.data_type, phase.params_type)
+    def client_statistics_sum(weights, seed, data, params):
+      weights = common.unflatten_tensors(weights, specs)
+      v1, v2 = common.views(data, seed, cfg.augment)
+      f, g = common.encode_views(model, weights, v1, v2)
+      segments, count = client_segments(data)
+      sums, norms = cfg.loss.clipped_sum(f, g, segments, count, release.clip_of(params))
+      return release.presummed(list(sums.values()), norms, params)
+
+    return client_statistics_sum
+
+  def _client_update_sum(self, phase):
+    """Phase 2 at a slot under DP: each real client's N_k Delta_k clipped to the update clip and
+    summed (`PrivateRelease.fold`), with the images and their loss."""
+    model, specs, release = self.model, self.model.weight_specs, phase.release
+    client = client_config(self.config, self.variance_eps)
+
+    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.aggregate_type,
+                                self.data_type, phase.params_type)
+    def client_update_sum(weights, seed, aggregate, data, params):
+      weights = common.unflatten_tensors(weights, specs)
+
+      def one_client(images, ids, acc):
+        delta, loss, _ = train_against(model, client, weights, seed,
+                                       {"images": images, "ids": ids}, aggregate)
+        n = tf.cast(tf.shape(ids)[0], tf.float32)
+        return (release.fold(acc[0], params, [n * common.flatten(delta)]), acc[1] + n,
+                acc[2] + n * loss)
+
+      zero = tf.constant(0.0)
+      start = (release.empty(), zero, zero)
+      if self.simulation.grouped:
+        contribution, n, loss_sum = grouping.fold_clients(data, one_client, start)
       else:
-        stats_factory, update_factory = mean(), mean(
-            value_sum_factory=privacy.record_sum_factory(0.0))
-      # The statistics as the clients return them (an OrderedDict: TFF's factories tf.nest them).
-      stats_phase = _WeightedPhase(stats_factory, client_statistics.type_signature.result[0])
-      update_phase = _WeightedPhase(update_factory, tff.StructWithPythonType([w_type], list))
-    self.variance_eps = variance_eps
-    params_types = ((stats_phase.params_type, update_phase.params_type) if privacy.enabled
-                    else (tff.TensorType(np.float32),) * 2)
-    release_stats = stats_phase.release if privacy.enabled else None
-    release_update = update_phase.release if privacy.enabled else None
+        contribution, n, loss_sum = one_client(data.images, data.ids, start)
+      return contribution, n, loss_sum / n
 
-    client_statistics_sum = client_update_sum = None
-    if privacy.enabled:
-      @tff.tensorflow.computation(w_type, common.SEED_TYPE, data_type, params_types[0])
-      def client_statistics_sum(weights, seed, data, params):
-        # Each client's N_k <>_k clipped to the statistics clip, summed over the slot's clients.
-        weights = common.unflatten_tensors(weights, specs)
-        v1, v2 = common.views(data, seed, cfg.augment)
-        f, g = common.encode_views(model, weights, v1, v2)
-        segments, count = client_segments(data)
-        clip = release_stats.clip_of(params)
-        sums, norms = entry.clipped_sum(f, g, segments, count, clip)
-        # Diagnostics (outside the guarantee, as the loss): the norms, and how many were clipped.
-        return (list(sums.values()), common.num_examples(data), tf.reduce_sum(norms),
-                tf.reduce_sum(tf.cast(norms > clip, tf.float32)))
+    return client_update_sum
 
-      @tff.tensorflow.computation(w_type, common.SEED_TYPE, self.aggregate_type, data_type,
-                                  params_types[1])
-      def client_update_sum(weights, seed, aggregate, data, params):
-        # Each client's N_k Delta_k clipped to the update clip, summed over the slot's clients.
-        weights = common.unflatten_tensors(weights, specs)
+  def _dp_round(self, stats_phase, update_phase, init_fn):
+    cfg, entry, dtype = self.config, self.config.loss, self.dtype
+    client_statistics_sum, client_update_sum = self.client_statistics_sum, self.client_update_sum
 
-        def one_client(images, ids, acc):
-          v1, v2 = common.views({"images": images, "ids": ids}, seed, cfg.augment)
-          delta, loss, _ = local_training(model, cfg, weights, v1, v2, aggregate, variance_eps)
-          n = tf.cast(tf.shape(ids)[0], tf.float32)
-          value = n * common.flatten(delta)
-          record = release_update.add(acc[0], params, [value])
-          norm = tf.norm(value)
-          clipped = tf.cast(norm > release_update.clip_of(params), tf.float32)
-          return record, acc[1] + n, acc[2] + n * loss, acc[3] + norm, acc[4] + clipped
-
-        zero = tf.constant(0.0)
-        start = (release_update.zero(), zero, zero, zero, zero)
-        if self.simulation.grouped:
-          record, n, loss_sum, norm, clipped = grouping.fold_clients(data, one_client, start)
-        else:
-          record, n, loss_sum, norm, clipped = one_client(data.images, data.ids, start)
-        return record, n, loss_sum / n, norm, clipped
-
-    @tff.tensorflow.computation(tff.StructType([("value", stat_specs_type(stat_specs))]))
+    @tff.tensorflow.computation(tff.StructType([("value", stat_specs_type(
+        [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type]))]))
     def as_aggregate(value):
       # The noised sum over the public denominator, which is also the count.
       return collections.OrderedDict(
           statistics=collections.OrderedDict(zip(entry.names, value.value)),
-          count=tf.constant(cfg.denominator, self.dtype))
+          count=tf.constant(cfg.denominator, dtype))
 
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_zip(collections.OrderedDict(
-          statistics=stats_phase.initialize(), update=update_phase.initialize()))
-
-    @tff.federated_computation(tff.FederatedType(w_type, tff.SERVER),
+    @tff.federated_computation(tff.FederatedType(self.w_type, tff.SERVER),
                                tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(data_type, tff.CLIENTS),
+                               tff.FederatedType(self.data_type, tff.CLIENTS),
                                init_fn.type_signature.result)
     def private_round(weights, seed, data, state):
       weights_at_clients = tff.federated_broadcast(weights)
       seed_at_clients = tff.federated_broadcast(seed)
-      if privacy.enabled:
-        params = tff.federated_broadcast(stats_phase.params(state.statistics))
-        out = tff.federated_map(client_statistics_sum,
-                                (weights_at_clients, seed_at_clients, data, params))
-        total, stats_state, _ = stats_phase.next(state.statistics, out[0])
-        stats_diagnostics = (tff.federated_sum(out[2]), tff.federated_sum(out[3]))
-      else:
-        out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
-        total, stats_state = stats_phase.next(state.statistics, out[0], out[1])
-      aggregate = (tff.federated_map(as_aggregate, tff.federated_zip(
-          collections.OrderedDict(value=total))) if privacy.enabled else
-                   tff.federated_zip(collections.OrderedDict(
-                       statistics=total, count=tff.federated_sum(out[1]))))
-      aggregate_at_clients = tff.federated_broadcast(aggregate)
-      if privacy.enabled:
-        params = tff.federated_broadcast(update_phase.params(state.update))
-        out = tff.federated_map(client_update_sum, (weights_at_clients, seed_at_clients,
-                                                    aggregate_at_clients, data, params))
-        update, update_state, _ = update_phase.next(state.update, out[0])
-        update = update[0]
-        diagnostics = tff.federated_zip(collections.OrderedDict(
-            statistics_norm=stats_diagnostics[0], statistics_clipped=stats_diagnostics[1],
-            update_norm=tff.federated_sum(out[3]), update_clipped=tff.federated_sum(out[4])))
-      else:
-        out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
-                                                aggregate_at_clients, data))
-        update, update_state = update_phase.next(
-            state.update, tff.federated_map(_one_tuple(w_type), out[0]), out[1])
-        update = update[0]
-      result = collections.OrderedDict(
-          update=update, loss=tff.federated_mean(out[2], weight=out[1]),
+      params = tff.federated_broadcast(stats_phase.params(state.statistics))
+      out = tff.federated_map(client_statistics_sum,
+                              (weights_at_clients, seed_at_clients, data, params))
+      total, stats_state, stats_measured = stats_phase.release_of(state.statistics, out)
+      aggregate_at_clients = tff.federated_broadcast(tff.federated_map(as_aggregate, tff.federated_zip(
+          collections.OrderedDict(value=total))))
+      params = tff.federated_broadcast(update_phase.params(state.update))
+      out = tff.federated_map(client_update_sum, (weights_at_clients, seed_at_clients,
+                                                  aggregate_at_clients, data, params))
+      update, update_state, update_measured = update_phase.release_of(state.update, out[0])
+      return collections.OrderedDict(
+          update=update[0], loss=tff.federated_mean(out[2], weight=out[1]),
+          aggregator_state=tff.federated_zip(collections.OrderedDict(
+              statistics=stats_state, update=update_state)),
+          diagnostics=tff.federated_zip(collections.OrderedDict(
+              statistics_norm=stats_measured.norm, statistics_clipped=stats_measured.clipped,
+              update_norm=update_measured.norm, update_clipped=update_measured.clipped)))
+
+    return private_round
+
+  def _build_weighted(self):
+    """The round through TFF's secure or compressed weighted means (no DP): `private_round` and
+    the aggregators' state."""
+    privacy = self.config.privacy
+    if privacy.secure_aggregation:
+      stats_factory = update_factory = tff.learning.secure_aggregator(
+          zeroing=False, clipping=False, weighted=True)
+    else:
+      stats_factory = tff.aggregators.MeanFactory()
+      update_factory = tff.aggregators.MeanFactory(
+          value_sum_factory=privacy.record_sum_factory(0.0))
+    # The statistics as the clients return them (an OrderedDict: TFF's factories tf.nest them).
+    stats_phase = _WeightedPhase(stats_factory, self.client_statistics.type_signature.result[0])
+    update_phase = _WeightedPhase(update_factory, tff.StructWithPythonType([self.w_type], list))
+    self.variance_eps = self.config.loss.eps
+    init_fn = _initial_states(stats_phase, update_phase)
+    self._aggregator = _Initial(init_fn)
+    client_statistics, client_update = self.client_statistics, self.client_update
+    one_tuple = _one_tuple(self.w_type)
+
+    @tff.federated_computation(tff.FederatedType(self.w_type, tff.SERVER),
+                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+                               tff.FederatedType(self.data_type, tff.CLIENTS),
+                               init_fn.type_signature.result)
+    def private_round(weights, seed, data, state):
+      weights_at_clients = tff.federated_broadcast(weights)
+      seed_at_clients = tff.federated_broadcast(seed)
+      out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
+      total, stats_state = stats_phase.next(state.statistics, out[0], out[1])
+      aggregate = tff.federated_zip(collections.OrderedDict(
+          statistics=total, count=tff.federated_sum(out[1])))
+      out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
+                                              tff.federated_broadcast(aggregate), data))
+      update, update_state = update_phase.next(state.update, tff.federated_map(one_tuple, out[0]),
+                                               out[1])
+      return collections.OrderedDict(
+          update=update[0], loss=tff.federated_mean(out[2], weight=out[1]),
           aggregator_state=tff.federated_zip(collections.OrderedDict(
               statistics=stats_state, update=update_state)))
-      if privacy.enabled:
-        result["diagnostics"] = diagnostics
-      return result
 
-    self._aggregator = _Initial(init_fn)
     self.private_round = private_round
-    self.client_statistics_sum = client_statistics_sum
-    self.client_update_sum = client_update_sum
 
   def initial_method_state(self):
     """`--dcco_statistics=previous`: the aggregate statistics the next round trains against (count 0:
@@ -509,6 +563,23 @@ class DCCOProcess(server_step.ServerLoop):
           update_norm=np.float32(d["update_norm"] / k),
           update_clipped_fraction=np.float32(d["update_clipped"] / k))
     return new_state, metrics
+
+
+def _mean_and_count(values, weights):
+  """Federated: <statistics=the N_k-weighted mean of `values`, count=Σ N_k>@SERVER."""
+  return tff.federated_zip(collections.OrderedDict(
+      statistics=tff.federated_mean(values, weight=weights), count=tff.federated_sum(weights)))
+
+
+def _initial_states(stats_phase, update_phase):
+  """The private round's aggregators' initial state: one per phase."""
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(collections.OrderedDict(
+        statistics=stats_phase.initialize(), update=update_phase.initialize()))
+
+  return init_fn
 
 
 def stat_specs_type(specs):

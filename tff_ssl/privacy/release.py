@@ -2,12 +2,16 @@
 releases.
 
     at each real client (inside its TFF slot)    record_k = clip(value_k, C)          (`add`)
-    in the slot                                  sum of its clients' records
+    in the slot                                  sum of its clients' records, with the clip's
+                                                 diagnostics (`fold`: the slot's contribution)
     TFF (`create`: TFF's DifferentiallyPrivateFactory over a presummed `queries.SeededQuery`)
                                                  sum over slots (plain, secure or encoded sum)
                                                  + N(0, (sigma C)^2 I), / denominator
     state@SERVER                                 the query's state (its seed, the adaptive clip)
                                                  and the params the clients clip with
+                                                 (`ReleaseProcess.release_of`)
+
+DP-FedAvg (`aggregators.private`) and DP-DCCO's two releases (`methods.dcco`) are this one path.
 
 The params (the current clip) cross to the clients as a broadcast of `state.params`, so a grouped
 slot clips each of its real clients before summing: the same mechanism as one client per slot.
@@ -57,6 +61,29 @@ class PrivateRelease:
   def clip_of(self, params) -> tf.Tensor:
     """The clip the params hold (the adaptive clip's current value)."""
     return tf.nest.flatten(params)[0]
+
+  def empty(self):
+    """The empty contribution of a slot: no records, and the clip's diagnostics at zero."""
+    zero = tf.constant(0.0)
+    return collections.OrderedDict(record=self.zero(), clients=zero, norm=zero, clipped=zero)
+
+  def fold(self, acc, params, values):
+    """Contribution `acc` with one more real client's clipped record of `values`, and the clip's
+    diagnostics (summed without noise, outside the guarantee, as the loss is): the client's norm,
+    and whether the clip shortened it."""
+    norm = tf.linalg.global_norm(list(values))
+    return collections.OrderedDict(
+        record=self.add(acc["record"], params, values), clients=acc["clients"] + 1.0,
+        norm=acc["norm"] + norm,
+        clipped=acc["clipped"] + tf.cast(norm > self.clip_of(params), tf.float32))
+
+  def presummed(self, record, norms, params):
+    """The contribution of records clipped and summed in one batched pass (DCCO's statistics,
+    `StatisticsLoss.clipped_sum`), given the clients' norms before the clip, as `fold` would give
+    it."""
+    return collections.OrderedDict(
+        record=record, clients=tf.cast(tf.size(norms), tf.float32), norm=tf.reduce_sum(norms),
+        clipped=tf.reduce_sum(tf.cast(norms > self.clip_of(params), tf.float32)))
 
   # -- TFF ---------------------------------------------------------------------------------------
   def types(self):
@@ -113,6 +140,16 @@ class ReleaseProcess:
 
   def params(self, state):
     return state.params
+
+  def release_of(self, state, contributions):
+    """Federated: the round's release of the slots' contributions (`PrivateRelease.fold`):
+    (the noised sum over the denominator, the new state, the diagnostics <clients, clip, norm,
+    clipped> with the norms and clipped counts summed over the clients), all at SERVER."""
+    result, new_state, clip = self.next(state, contributions.record)
+    return result, new_state, tff.federated_zip(collections.OrderedDict(
+        clients=tff.federated_sum(contributions.clients), clip=clip,
+        norm=tff.federated_sum(contributions.norm),
+        clipped=tff.federated_sum(contributions.clipped)))
 
   def next(self, state, records):
     out = self.process.next(state.dp, records)

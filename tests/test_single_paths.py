@@ -1,0 +1,42 @@
+"""One implementation of each shared step: a client's local training (`client_work.local_training`,
+which DCCO runs through its statistics term) and a DP release (`privacy.release`: the clip and sum
+at the clients, the noised sum at the server, which DP-FedAvg and DP-DCCO both call). A second copy
+would drift from the first; these checks fail when one is added back."""
+
+import pathlib
+import re
+
+import tff_ssl
+
+ROOT = pathlib.Path(tff_ssl.__file__).parent
+SOURCES = {p.relative_to(ROOT).as_posix(): p.read_text() for p in ROOT.rglob("*.py")}
+
+
+def where(pattern: str) -> list[str]:
+  return sorted(path for path, text in SOURCES.items() if re.search(pattern, text, re.M))
+
+
+def test_one_local_training():
+  assert where(r"^\s*def local_training\(") == ["federated/client_work.py"]
+
+
+def test_dp_records_are_clipped_and_released_only_in_privacy():
+  # The per-client clip and sum, and TFF's DP factory that noises the sum.
+  assert where(r"\bclip_and_sum\(") == ["privacy/queries.py", "privacy/release.py"]
+  assert where(r"DifferentiallyPrivateFactory\(") == ["privacy/release.py"]
+
+
+def test_dp_fedavg_and_dp_dcco_fold_and_release_through_the_same_calls():
+  for path in ("aggregators/private.py", "methods/dcco.py"):
+    text = SOURCES[path]
+    assert re.search(r"\.fold\(|\.presummed\(", text), path
+    assert ".release_of(" in text, path
+
+
+def test_the_checks_see_a_second_copy():
+  SOURCES["methods/extra.py"] = "def local_training(model):\n  queries.clip_and_sum(q, p, v, a)\n"
+  try:
+    assert where(r"^\s*def local_training\(") == ["federated/client_work.py", "methods/extra.py"]
+    assert "methods/extra.py" in where(r"\bclip_and_sum\(")
+  finally:
+    del SOURCES["methods/extra.py"]
