@@ -16,6 +16,9 @@ def pytest_configure(config):  # pylint: disable=unused-argument
   # binaries the tests run (real runs keep it; BUILD-notes, "TFF process hygiene").
   os.environ[runtime.STATIC_GRAPH_OPTIMIZATION_ENV] = "0"
   runtime.configure_context(static_graph_optimization=False)
+  # In-process runs of a config built before in this process take its built process (tff_ssl/runner.py,
+  # `CACHE_ENV`): a kill-and-resume or a repeated smoke config skips 5-7 s of building and compiling.
+  os.environ["TFF_SSL_CACHE_PROCESSES"] = "1"
 
 
 # TFF's local worker keeps what a computation held after it returns: a pytest-xdist process that runs

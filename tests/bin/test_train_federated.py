@@ -60,12 +60,12 @@ def test_any_ssl_method_with_any_aggregator(tmp_path):
 
 
 @pytest.mark.parametrize("method,ssl,aggregator", [
-    ("fedbyol", "byol", "fedavg"), ("fedu", "byol", "fedavg"), ("fedmoco", "moco", "fedavg"),
-    ("fedu", "simclr", "ldawa_fedavg")])  # The last: L-DAWA's L-DAWA_FedU row.
+    ("fedu", "simclr", "ldawa_fedavg")])  # L-DAWA's L-DAWA_FedU row.
 def test_stateful_methods_train_from_bin_train(tmp_path, method, ssl, aggregator):
-  """FedBYOL, FedU and FedMoCo (FedEMA: tests/federated/test_client_state_runs.py, with SIGKILL +
-  resume) keep every sampled client's networks in the run folder's client-state store; the kNN
-  monitor runs every 2 rounds and at the end."""
+  """A stateful method (each with its own SSL loss: tests/methods/test_contract.py; FedEMA with
+  SIGKILL + resume: tests/federated/test_client_state_runs.py) under an L-DAWA aggregator keeps
+  every sampled client's networks in the run folder's client-state store; the kNN monitor runs
+  every 2 rounds and at the end."""
   out = tmp_path / method
   proc = train_here(out, f"--method={method}", f"--ssl={ssl}", f"--aggregator={aggregator}",
                "--samples_per_client=2",
