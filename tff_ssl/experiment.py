@@ -4,9 +4,10 @@
 `bin/train` overrides their fields from flags. `run(config, output_dir)` writes into `output_dir`:
 
   hparams.json   the config, written first
-  metrics.csv    step (or round), loss; federated runs add the periodic linear probe
+  metrics.csv    step (or round), loss, the periodic linear probe where one ran (`tff.program`
+                 release managers, `observers.MetricSinks` / `StepSinks`)
   checkpoints/   tff.program state: the final encoder (centralized), the server state (federated)
-  tensorboard/   federated runs' metrics
+  tensorboard/   the same metrics
   resources.csv  federated runs: wall time and resident memory per round (machine-dependent)
   results.json   linear-probe accuracy of the pretrained encoder and of the same encoder at random
                  initialization; written last and atomically, so its presence marks a finished run.
@@ -35,7 +36,7 @@ from tff_ssl import data as data_lib
 from tff_ssl import evaluation, methods, models, optim, rundir
 from tff_ssl import progress as progress_lib
 from tff_ssl import ssl as ssl_lib
-from tff_ssl import runner
+from tff_ssl import observers, runner
 from tff_ssl.config_fields import Field
 from tff_ssl import privacy as privacy_lib
 from tff_ssl.federated import grouping, ssl_model
@@ -339,10 +340,8 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
   random_acc = (evaluation.linear_probe(model.encoder, train, test, probe)
                 if random_init_baseline else None)
 
-  metrics_path = os.path.join(output_dir, "metrics.csv")
-  with open(metrics_path, "w") as metrics, progress_lib.bar(
-      config.steps, desc="pretraining", unit="step", enabled=progress) as bar:
-    metrics.write("step,loss,linear_probe_accuracy\n")
+  sinks = observers.StepSinks(output_dir)
+  with progress_lib.bar(config.steps, desc="pretraining", unit="step", enabled=progress) as bar:
 
     def on_step(step, loss):
       bar.update(1)
@@ -350,9 +349,11 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
                 step + 1 < config.steps)
       if probed or step % config.log_every == 0 or step == config.steps - 1:
         bar.set_postfix(loss=f"{loss:.2f}")
-        acc = f"{evaluation.linear_probe(model.encoder, train, test, probe):.6g}" if probed else ""
-        metrics.write(f"{step},{loss:.6g},{acc}\n")
-        metrics.flush()
+        values = {"loss": np.float32(loss)}
+        if probed:
+          values["linear_probe_accuracy"] = np.float32(
+              evaluation.linear_probe(model.encoder, train, test, probe))
+        sinks.release(step, values)
 
     history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step, build=build)
   pretrained_acc = evaluation.linear_probe(model.encoder, train, test, probe)

@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import shutil
 import time
 
 import numpy as np
@@ -199,6 +200,24 @@ class MetricSinks(Observer):
     if metrics.get("aggregation"):
       asyncio.run(self.aggregation.release(metrics["aggregation"], key=round_num))
       asyncio.run(self.tensorboard.release({"aggregation": metrics["aggregation"]}, key=round_num))
+
+
+class StepSinks:
+  """A centralized run's metrics.csv and TensorBoard, through the release managers of a federated
+  run's `MetricSinks`, keyed by step: `release(step, values)` (the loss; the probe's accuracy where
+  one ran). A centralized run starts over when rerun: what an interrupted one wrote goes first."""
+
+  def __init__(self, output_dir: str):
+    path = os.path.join(output_dir, "metrics.csv")
+    if os.path.exists(path):
+      os.remove(path)
+    shutil.rmtree(os.path.join(output_dir, "tensorboard"), ignore_errors=True)
+    self.csv = CSVReleaseManager(path, key_fieldname="step")
+    self.tensorboard = tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard"))
+
+  def release(self, step: int, values: dict) -> None:
+    asyncio.run(self.csv.release(values, key=step))
+    asyncio.run(self.tensorboard.release(values, key=step))
 
 
 class Resources(Observer):
