@@ -72,7 +72,7 @@ def all_states(run_dir, rounds):
                                     # heads: statistics of each client's batch, nothing stored.
                                     dict(method="fedema", ssl="byol", fedema_tau=0.7, fedfoa=True,
                                          fedfoa_warmup=1, samples_per_client=8, head_norm="batch"),
-                                    dict(method="fedmoco", ssl="moco", moco_queue=16),
+                                    # FedMoCo, FedBYOL, FedU: tests/methods/test_contract.py.
                                     dict(method="fedlama", ssl="simclr"),
                                     # Stateless, staged: 3 rounds a stage; resumes inside stage 2.
                                     dict(method="fedmoco_lw", ssl="mocov3", encoder="vit_mini",

@@ -3,8 +3,9 @@ added to `tff_ssl.methods` without an entry in `CONTRACT` fails `test_every_meth
 
 A federated method builds from bin/train's flags, runs two rounds on synthetic images, and a run
 killed after its round-1 checkpoint (the round-2 checkpoint and results.json gone, the CSVs, client
-states and TensorBoard events of round 2 left behind) resumes to the same metrics.csv and results,
-byte for byte; the rows it kept (round 1's resources.csv line) show it resumed rather than restarted.
+states and TensorBoard events of round 2 left behind) resumes to the same metrics.csv,
+aggregation.csv and results, byte for byte, and the same stored client states, array for array; the
+rows it kept (round 1's resources.csv line) show it resumed rather than restarted.
 Centralized pretraining and the supervised baseline do not resume (one checkpoint, at the end); their
 contract is two steps, and the same seed giving the same metrics.csv (centralized) and results.
 """
@@ -13,10 +14,12 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from tests.bin import binaries
 from tff_ssl import methods
+from tff_ssl.federated import client_state
 
 FEDERATED = ["--task=synthetic_dcco_smoke", "--eval_steps=5", "--checkpoint_every=1"]
 STEPS = ["--task=synthetic_smoke", "--eval_steps=5", "--steps=2", "--batch_size=16"]
@@ -96,6 +99,14 @@ def test_two_rounds_then_kill_and_resume_gives_the_same_metrics(tmp_path, name):
   run(killed, name)
   assert (killed / "metrics.csv").read_text() == metrics
   assert results_of(killed) == results_of(full)
+  if (full / "aggregation.csv").exists():
+    assert (killed / "aggregation.csv").read_text() == (full / "aggregation.csv").read_text()
+  if keeps:  # Every client's stored state after round 2, array for array.
+    stores = [client_state.DiskClientStateStore(str(d / "client_states")) for d in (full, killed)]
+    assert sorted(stores[0].clients()) == sorted(stores[1].clients())
+    for cid in stores[0].clients():
+      for x, y in zip(stores[0].read_flat(cid, 2), stores[1].read_flat(cid, 2), strict=True):
+        assert np.array_equal(x, y), cid
   resumed = (killed / "resources.csv").read_text().splitlines()
   assert resumed[:2] == resources[:2] and resumed[2] != resources[2]  # Round 1 kept, 2 rerun.
 
