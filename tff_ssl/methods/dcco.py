@@ -319,13 +319,17 @@ class DCCOProcess(server_step.ServerLoop):
 
     return client_update
 
+  def _round_types(self):
+    """A round's arguments: the weights and the round's seed at SERVER, the data at CLIENTS."""
+    return (tff.FederatedType(self.w_type, tff.SERVER),
+            tff.FederatedType(common.SEED_TYPE, tff.SERVER),
+            tff.FederatedType(self.data_type, tff.CLIENTS))
+
   def _round_computations(self):
     """`aggregate_statistics`, `aggregate_updates` and `run_round` (the class docstring)."""
     client_statistics, client_update = self.client_statistics, self.client_update
     release = self.config.stale
-    weights_type = tff.FederatedType(self.w_type, tff.SERVER)
-    seed_type = tff.FederatedType(common.SEED_TYPE, tff.SERVER)
-    data_type = tff.FederatedType(self.data_type, tff.CLIENTS)
+    weights_type, seed_type, data_type = self._round_types()
 
     def phase_two(weights_at_clients, seed_at_clients, aggregate, data):
       out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
@@ -443,10 +447,7 @@ class DCCOProcess(server_step.ServerLoop):
           statistics=collections.OrderedDict(zip(entry.names, value.value)),
           count=tf.constant(cfg.denominator, dtype))
 
-    @tff.federated_computation(tff.FederatedType(self.w_type, tff.SERVER),
-                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(self.data_type, tff.CLIENTS),
-                               init_fn.type_signature.result)
+    @tff.federated_computation(*self._round_types(), init_fn.type_signature.result)
     def private_round(weights, seed, data, state):
       weights_at_clients = tff.federated_broadcast(weights)
       seed_at_clients = tff.federated_broadcast(seed)
@@ -490,10 +491,7 @@ class DCCOProcess(server_step.ServerLoop):
     client_statistics, client_update = self.client_statistics, self.client_update
     one_tuple = _one_tuple(self.w_type)
 
-    @tff.federated_computation(tff.FederatedType(self.w_type, tff.SERVER),
-                               tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-                               tff.FederatedType(self.data_type, tff.CLIENTS),
-                               init_fn.type_signature.result)
+    @tff.federated_computation(*self._round_types(), init_fn.type_signature.result)
     def private_round(weights, seed, data, state):
       weights_at_clients = tff.federated_broadcast(weights)
       seed_at_clients = tff.federated_broadcast(seed)
