@@ -139,3 +139,62 @@ def test_keras_models_carry_the_given_weights_before_and_after_a_tff_trace():
   outputs.append(second(x, training=False).numpy())
   np.testing.assert_allclose(outputs[1], forward(fm.initial_weights, x), atol=1e-5)
   assert np.abs(outputs[0] - outputs[1]).max() > 1e-3  # Each its own weights.
+
+
+class ListHeld(tf.keras.layers.Layer):
+  """Keeps its weights in a list: a place `FunctionalModel` cannot hand a new tensor to."""
+
+  def build(self, input_shape):
+    self.scales = [self.add_weight(name=f"scale{i}", shape=(input_shape[-1],), initializer="ones")
+                   for i in range(2)]
+
+  def call(self, x):
+    return x * self.scales[0] + self.scales[1]
+
+
+def _list_held_model():
+  x = tf.keras.Input((8, 8, 3))
+  return tf.keras.Model(x, tf.keras.layers.GlobalAveragePooling2D()(ListHeld(name="held")(x)))
+
+
+@pytest.mark.parametrize("build", [
+    lambda: models.build_encoder("resnet14", (8, 8, 3), width=0.25),
+    lambda: models.build_encoder("vit_mini", (8, 8, 3), patch_size=4, depth=1, width=0.5),
+    lambda: models.build_encoder("alexnet", (8, 8, 3), width=0.125),
+    _list_held_model], ids=["resnet14", "vit_mini", "alexnet", "list_held"])
+def test_a_model_called_again_computes_what_a_fresh_build_computes(build):
+  """The model is built once per graph mode and later calls hand its layers their tensors: two
+  calls in one TFF computation and a call in a second one give, bit for bit, what a model built
+  for each call gives (a model that keeps a weight in a list is built at every call)."""
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  tf.keras.utils.set_random_seed(5)
+  fm = FunctionalModel(build)
+  specs = [tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in fm.weight_specs]
+  images = tff.TensorType(np.float32, [None, 8, 8, 3])
+  x = np.random.default_rng(0).uniform(size=(3, 8, 8, 3)).astype(np.float32)
+  a = fm.initial_weights
+  b = [w * 1.5 + 0.01 for w in a]
+
+  @tff.tensorflow.computation(specs, specs, images)
+  def twice(first, second, images):
+    return fm(list(first), images), fm(list(second), images)
+
+  @tff.tensorflow.computation(specs, images)
+  def once(weights, images):
+    return fm(list(weights), images)
+
+  got = [*twice(a, b, x), once(b, x)]
+
+  def fresh(weights):
+    new = FunctionalModel(build)  # Its first call in a TF1 graph builds the model.
+
+    @tff.tensorflow.computation(specs, images)
+    def forward(weights, images):
+      return new(list(weights), images)
+    return forward(weights, x)
+
+  expected = [fresh(a), fresh(b), fresh(b)]
+  assert np.abs(expected[0] - expected[1]).max() > 1e-3
+  for g, e in zip(got, expected):
+    np.testing.assert_array_equal(g, e)
+  assert (True in fm._bound or False in fm._bound) == (build is not _list_held_model)  # pylint: disable=protected-access

@@ -5,12 +5,13 @@ under a `tf.variable_creator_scope` that hands out the given tensors in place of
 mechanism of `tff.learning.models.functional_model_from_keras`, which we do not use directly because it
 forces a supervised `loss(output, label)` interface and a (trainable, non_trainable) split that SSL
 models with two heads and no labels do not have). Gradients are taken with respect to the weight tensors.
-Use inside a `tf.function` or `tff.tensorflow.computation`: every call rebuilds the model (once per
-trace).
+Use inside a `tf.function` or `tff.tensorflow.computation`. The model is built from tensors once per
+graph mode (TF1 graphs, as TFF traces, or TF2); later calls hand its layers their tensors in place.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
@@ -139,6 +140,11 @@ class FunctionalModel:
     # The model built here is handed out once by `keras_model`, as is: a run's first Keras model
     # (usually its random-init or final encoder) costs no build (0.4-1.7 s for the suite's ResNets).
     self._spare = (model, created)
+    # {TF1 graph mode?: (a model built from tensors, where it holds them)}: `__call__` builds the
+    # model once per mode and then hands the layers each call's tensors (`_WeightSlot`); building
+    # it (Keras' functional construction traces every layer once more) cost ResNet-18 1.2 s a call.
+    self._bound: dict = {}
+    self._lock = threading.RLock()
 
   def keras_model(self, weights: Sequence[np.ndarray]) -> tf.keras.Model:
     """A Keras model of this architecture whose variables start at `weights` (this model's order):
@@ -164,6 +170,19 @@ class FunctionalModel:
   def __call__(self, weights: Sequence[tf.Tensor], x: tf.Tensor, training: bool = True):
     if len(weights) != len(self.weight_specs):
       raise ValueError(f"expected {len(self.weight_specs)} weight tensors; got {len(weights)}")
+    # Keras 2 builds TF1 layers in TFF's (TF1) graphs and TF2 layers elsewhere: one model per kind.
+    mode = tf.compat.v1.executing_eagerly_outside_functions()
+    with self._lock:
+      reused = self._bound.get(mode)
+      if reused is not None:
+        model, slots = reused
+        for slot, tensor in zip(slots, weights):
+          slot.bind(tensor)
+        try:
+          return model(x, training=training)
+        finally:  # The layers hold no tensor of this graph once the call has returned.
+          for slot in slots:
+            slot.bind(None)
     queue = list(weights)
 
     def use_given_tensor(next_creator, **kwargs):  # pylint: disable=unused-argument
@@ -176,4 +195,57 @@ class FunctionalModel:
       model = self._build_fn()
     if queue:
       raise ValueError(f"{len(queue)} weight tensors were not used by the model")
-    return model(x, training=training)
+    out = model(x, training=training)
+    slots = _WeightSlot.find(model, weights)
+    if slots is not None:
+      with self._lock:
+        for slot in slots:
+          slot.bind(None)
+        self._bound[mode] = (model, slots)
+    return out
+
+
+class _WeightSlot:
+  """Where a model built from given tensors holds one of them: the attributes of its layers that are
+  that tensor (`layer.kernel`) and its place in the layers' weight lists. `bind` puts another tensor
+  there, so that the model computes with it (the same layer code, op for op, as a model built from
+  it)."""
+
+  def __init__(self):
+    self.attributes: list[tuple[object, str]] = []
+    self.lists: list[tuple[list, int]] = []
+
+  def bind(self, tensor) -> None:
+    for layer, name in self.attributes:
+      object.__setattr__(layer, name, tensor)
+    for weights, i in self.lists:
+      weights[i] = tensor
+
+  @classmethod
+  def find(cls, model: tf.keras.Model, weights: Sequence[tf.Tensor]) -> "list[_WeightSlot] | None":
+    """Each weight's slot in `model` (built from `weights`); None where one of them is held
+    anywhere else (a list or dict of the layer's own), which `bind` could not reach: such a model
+    is built again at every call."""
+    position = {id(w): i for i, w in enumerate(weights)}
+    if len(position) != len(weights):
+      return None
+    slots = [cls() for _ in weights]
+    found = [0] * len(weights)
+    for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
+      for name, value in vars(layer).items():
+        if name == "_obj_reference_counts_dict":  # Keras' count of assignments, which call never reads.
+          continue
+        if name in ("_trainable_weights", "_non_trainable_weights"):
+          for i, w in enumerate(value):
+            if id(w) in position:
+              slots[position[id(w)]].lists.append((value, i))
+        elif id(value) in position:
+          slots[position[id(value)]].attributes.append((layer, name))
+          found[position[id(value)]] += 1
+        elif isinstance(value, (list, tuple, dict)) or hasattr(value, "_storage"):
+          items = value.values() if isinstance(value, dict) else value
+          if any(id(v) in position for v in list(items)):
+            return None
+    if not all(found):
+      return None
+    return slots
