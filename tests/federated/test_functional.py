@@ -164,8 +164,9 @@ def _list_held_model():
     _list_held_model], ids=["resnet14", "vit_mini", "alexnet", "list_held"])
 def test_a_model_called_again_computes_what_a_fresh_build_computes(build):
   """The model is built once per graph mode and later calls hand its layers their tensors: two
-  calls in one TFF computation and a call in a second one give, bit for bit, what a model built
-  for each call gives (a model that keeps a weight in a list is built at every call)."""
+  calls in one TFF computation and a call in a second one (after an eager model was built) give,
+  bit for bit, what a model built for each call gives (a model that keeps a weight in a list is
+  built at every call)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   tf.keras.utils.set_random_seed(5)
   fm = FunctionalModel(build)
@@ -179,7 +180,9 @@ def test_a_model_called_again_computes_what_a_fresh_build_computes(build):
   def twice(first, second, images):
     return fm(list(first), images), fm(list(second), images)
 
-  @tff.tensorflow.computation(specs, images)
+  build()  # An eager model built in between turns Keras' classes to their TF2 versions.
+
+  @tff.tensorflow.computation(specs, images)  # TFF traces it here.
   def once(weights, images):
     return fm(list(weights), images)
 

@@ -65,12 +65,13 @@ def _weight_path(layer_path: str, variable_name: str) -> str:
   return "/".join([layer_path] + inside)
 
 
-def _back_to_v2_classes(model: tf.keras.Model) -> None:
+def _keras_classes(model: tf.keras.Model, v2: bool = True) -> None:
   """Keras 2 picks a layer's base class (TF2 or TF1 Layer/Model) when the layer is constructed, by
   changing its class's `__bases__`: building a model in a TF1 graph (as TFF traces its computations)
   turns every class it uses into the TF1 one, and a model built earlier in eager mode can no longer
-  be called ("Your Layer or Model is in an invalid state"). This turns the classes of `model`'s
-  layers back, as constructing it again in eager mode would."""
+  be called ("Your Layer or Model is in an invalid state"), nor a model built in a TF1 graph after
+  an eager one was built. This turns the classes of `model`'s layers to the TF2 (`v2`) or TF1 ones,
+  as constructing it again in that mode would."""
   # pylint: disable=g-import-not-at-top
   from keras.src.engine import base_layer, base_layer_v1, training, training_v1
   from keras.src.utils import version_utils
@@ -78,8 +79,8 @@ def _back_to_v2_classes(model: tf.keras.Model) -> None:
   for layer in model._flatten_layers(include_self=True, recursive=True):  # pylint: disable=protected-access
     cls = type(layer)
     if issubclass(cls, (training.Model, training_v1.Model)):
-      version_utils.swap_class(cls, training.Model, training_v1.Model, True)
-    version_utils.swap_class(cls, base_layer.Layer, base_layer_v1.Layer, True)
+      version_utils.swap_class(cls, training.Model, training_v1.Model, v2)
+    version_utils.swap_class(cls, base_layer.Layer, base_layer_v1.Layer, v2)
 
 
 class FunctionalModel:
@@ -153,7 +154,7 @@ class FunctionalModel:
       raise ValueError(f"expected {len(self.weight_specs)} weight tensors; got {len(weights)}")
     if self._spare is not None:  # Never handed out before: no one else holds it.
       (model, variables), self._spare = self._spare, None
-      _back_to_v2_classes(model)
+      _keras_classes(model)
       for variable, value in zip(variables, weights):
         variable.assign(value)
       return model
@@ -176,6 +177,7 @@ class FunctionalModel:
       reused = self._bound.get(mode)
       if reused is not None:
         model, slots = reused
+        _keras_classes(model, v2=mode)  # A model built since may have turned them.
         for slot, tensor in zip(slots, weights):
           slot.bind(tensor)
         try:
