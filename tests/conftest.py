@@ -1,6 +1,7 @@
 """Test-session set-up: quiet TensorFlow, stop every TFF worker this run starts."""
 
 import os
+import signal
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -9,8 +10,17 @@ import pytest  # noqa: E402
 from tff_ssl import runtime  # noqa: E402
 
 
+def _interrupt(signum, frame):  # pylint: disable=unused-argument
+  raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_configure(config):  # pylint: disable=unused-argument
   runtime.install()
+  # runtime.install() turns SIGTERM into SystemExit, which pytest records as one test's failure and
+  # runs on (`timeout 600 pytest` ran the suite past its limit): here it stops the session, as Ctrl-C
+  # does, and pytest_sessionfinish stops the workers.
+  for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, _interrupt)
   # TFF's static Grappler pass costs ~40 s per paper-scale process, ~20 s of a 65 s bin/train smoke
   # run, and is no part of what the tests check: off here and, through the environment, in the
   # binaries the tests run (real runs keep it; BUILD-notes, "TFF process hygiene").
