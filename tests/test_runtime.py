@@ -1,6 +1,8 @@
 """No TFF worker_binary outlives the program that started it, on any exit path."""
 
+import contextlib
 import os
+import signal as signal_lib
 import subprocess
 import sys
 import textwrap
@@ -133,7 +135,6 @@ def test_slot_concurrency_limit_rejects_negative_values():
 def test_tff_stopping_a_worker_that_ignores_sigint_does_not_hang():
   """TFF stops its worker with SIGINT and an unbounded wait(); a worker that does not exit on SIGINT
   (a gRPC server with an open call) hung a test process there. The worker's Popen bounds it."""
-  import signal as signal_lib  # pylint: disable=g-import-not-at-top
   child = runtime._PopenWithParentDeath(  # pylint: disable=protected-access
       [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
        "print('ready', flush=True); time.sleep(120)"], stdout=subprocess.PIPE, text=True)
@@ -178,3 +179,62 @@ def test_context_without_the_static_grappler_pass_computes_the_same(monkeypatch)
   finally:
     runtime.configure_context(static_graph_optimization=False)  # The session's setting.
   assert plain == pytest.approx((14 / 3 + 17.25 / 3) / 2, rel=1e-6)
+
+
+SWALLOWED = textwrap.dedent("""
+    import gc, os, signal, sys
+    sys.path.insert(0, {root!r})
+    from tff_ssl import cli  # Importing tff_ssl installs the handlers.
+
+    def ctrl_c_inside_a_gc_callback(phase, info):  # Where jax's callback met the CI run's Ctrl-C.
+      if phase == "start":
+        gc.callbacks.remove(ctrl_c_inside_a_gc_callback)
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # The handler runs here; Python prints "Exception ignored" and goes on.
+
+    with cli.one_line_errors():
+      gc.callbacks.append(ctrl_c_inside_a_gc_callback)
+      gc.collect()
+      print("ran on", flush=True)
+""")
+
+
+def test_a_ctrl_c_that_python_swallowed_still_ends_the_binary_interrupted():
+  proc = subprocess.run([sys.executable, "-c", SWALLOWED.format(root=ROOT)], capture_output=True,
+                        text=True, timeout=60, start_new_session=True,
+                        preexec_fn=lambda: signal_lib.signal(signal_lib.SIGINT, signal_lib.SIG_DFL))
+  assert "Exception ignored" in proc.stderr and "ran on" in proc.stdout, proc.stderr
+  assert proc.returncode == 130, proc.stderr
+  assert proc.stderr.strip().splitlines()[-1].startswith("interrupted;"), proc.stderr
+
+
+def test_a_swallowed_interrupt_stops_the_rounds_before_the_next_one():
+  """run_rounds raises it between rounds, and forgets it once raised: the next run starts afresh."""
+  from tff_ssl import runner  # pylint: disable=g-import-not-at-top
+
+  class State:
+    def __init__(self, round_num):
+      self.round_num = round_num
+
+  class Process:
+    def next(self, state, clients, **_):
+      if state.round_num == 0:
+        try:  # Ctrl-C's handler raising where the exception is dropped, as in a gc callback.
+          runtime._interrupt_on_signal(signal_lib.SIGINT, None)  # pylint: disable=protected-access
+        except KeyboardInterrupt:
+          pass
+      return State(state.round_num + 1), {"loss": 0.0}
+
+  seen = []
+
+  class Rounds(runner.observers_lib.Observer):
+    def after_round(self, round_num, state, metrics, released):
+      seen.append(round_num)
+
+  run = lambda start, rounds: runner.run_rounds(  # noqa: E731
+      Process(), State(start), rounds, lambda r: ([], []), None, [Rounds()],
+      lambda r: contextlib.nullcontext())
+  with pytest.raises(KeyboardInterrupt):
+    run(0, 5)
+  assert seen == [0]
+  assert run(1, 3).round_num == 3 and seen == [0, 1, 2]

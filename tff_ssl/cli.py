@@ -14,6 +14,7 @@ import sys
 from absl import flags
 
 from tff_ssl import config_fields
+from tff_ssl import runtime
 
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -45,10 +46,12 @@ def one_line_errors(rerun: str = "rerun the same command to resume from the last
   interruption or a failed write."""
   try:
     yield
+    runtime.raise_if_interrupted()  # A Ctrl-C whose exception Python dropped on the way.
   except (ValueError, FloatingPointError) as e:  # Bad input; a diverged run (its message says why).
     print(f"error: {_first_line(e)}", file=sys.stderr)
     sys.exit(EXIT_ERROR)
   except KeyboardInterrupt:
+    runtime.interruption_handled()
     print(f"interrupted; {rerun}", file=sys.stderr)
     sys.exit(EXIT_INTERRUPTED)
   except OSError as e:  # A full disk, a folder removed or made read-only under the run, ...

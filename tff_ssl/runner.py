@@ -164,6 +164,7 @@ def run_rounds(process, state: ServerState, rounds: int, round_clients, store,
   `guard(r)` wraps round r's training (`observers.worker_guard`). Returns the last state."""
   try:
     while state.round_num < rounds:
+      runtime.raise_if_interrupted()
       r = state.round_num
       for o in observers:
         o.before_round(r)
@@ -173,6 +174,10 @@ def run_rounds(process, state: ServerState, rounds: int, round_clients, store,
       released = {"loss": np.float32(metrics["loss"])}
       for o in observers:
         o.after_round(r, state, metrics, released)
+    runtime.raise_if_interrupted()
+  except (KeyboardInterrupt, SystemExit):
+    runtime.interruption_handled()  # Delivered: a later run in this process starts afresh.
+    raise
   finally:
     for o in observers:
       o.close()

@@ -8,6 +8,9 @@ exit path:
   * normal exit, exceptions, SystemExit, KeyboardInterrupt: an `atexit` hook stops the workers
     (a worker runs in its own process group, so Ctrl-C interrupts the program, not the worker);
   * SIGTERM / SIGHUP: turned into SystemExit, so the `atexit` hook runs;
+  * a Ctrl-C or SIGTERM whose exception Python dropped (raised inside a gc callback, which jax
+    registers, or a `__del__`: "Exception ignored in ..."): the signal is recorded, and
+    `raise_if_interrupted()`, called between rounds and steps and when a binary ends, raises it again;
   * SIGKILL (nothing in-process runs): each worker is started with the Linux parent-death signal set,
     so the kernel stops it when its parent dies.
 """
@@ -465,8 +468,35 @@ def _at_exit() -> None:
     type(manager).__del__ = lambda self: None
 
 
+# The last SIGINT / SIGTERM / SIGHUP received and not yet acted on (None: none).
+_pending_signal = [None]
+
+
 def _exit_on_signal(signum, frame):  # pylint: disable=unused-argument
+  _pending_signal[0] = signum
   raise SystemExit(128 + signum)
+
+
+def _interrupt_on_signal(signum, frame):
+  _pending_signal[0] = signum
+  signal.default_int_handler(signum, frame)  # KeyboardInterrupt, as without this handler.
+
+
+def raise_if_interrupted() -> None:
+  """Raises the interruption a signal handler raised where Python drops exceptions: the program
+  then runs on as if no Ctrl-C (KeyboardInterrupt) or SIGTERM / SIGHUP (SystemExit) had come. A
+  CI run met it: jax's gc callback swallowed Ctrl-C's KeyboardInterrupt and the run went on to its
+  end with exit status 0."""
+  signum, _pending_signal[0] = _pending_signal[0], None
+  if signum == signal.SIGINT:
+    raise KeyboardInterrupt(f"signal {signum}")
+  if signum is not None:
+    raise SystemExit(128 + signum)
+
+
+def interruption_handled() -> None:
+  """Forgets the pending signal: its exception reached the code that handles it."""
+  _pending_signal[0] = None
 
 
 _FACTORY_MODULE = "tensorflow_federated.python.core.impl.executor_stacks.executor_factory"
@@ -527,4 +557,6 @@ def install() -> None:
       for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):
           signal.signal(sig, _exit_on_signal)
+      if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Not where it is ignored.
+        signal.signal(signal.SIGINT, _interrupt_on_signal)
     _installed = True

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from tff_ssl import losses as losses_lib
 from tff_ssl import optim
+from tff_ssl import runtime
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig, two_views
@@ -174,6 +175,7 @@ def pretrain(model: SSLModel, images: np.ndarray, config: PretrainConfig, *,
   batches = batch_indices(images.shape[0], config.batch_size, config.seed)
   history = []
   for step in range(config.steps):
+    runtime.raise_if_interrupted()
     idx = next(batches)
     loss = float(train_step(tf.constant(images[idx]), tf.constant(idx, tf.int64),
                             tf.constant(step, tf.int64)))
