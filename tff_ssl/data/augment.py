@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import tensorflow as tf
 
 # Column of each uniform draw in the per-example random matrix.
@@ -183,11 +184,22 @@ def _augment_view(x, u, cfg: AugmentConfig, view: int, size: int):
   return x
 
 
+# k / 255 for each uint8 level k, correctly rounded to float32 (NumPy divides in IEEE arithmetic, as
+# TensorFlow's RealDiv does in eager mode).
+_UNIT_LEVELS = np.arange(256, dtype=np.float32) / np.float32(255)
+
+
 def to_float(images: tf.Tensor) -> tf.Tensor:
-  """uint8 images -> float32 in [0, 1]; float images pass through."""
+  """uint8 images -> float32 in [0, 1] (k -> k / 255, correctly rounded); float images pass through.
+
+  A table lookup, not `x / 255.0`: Grappler's constant folding (on in TFF's compiled computations and
+  in every `tf.function`) rewrites a division by a constant into a multiplication by its rounded
+  reciprocal, which misses k / 255 by one float32 ulp for some k. Those input errors, amplified by
+  near-zero feature variances, moved a float64 DCCO round 1e-6 off the centralized step; the lookup
+  gives the same bits in every execution context (BUILD-notes, "Images to floats")."""
   images = tf.convert_to_tensor(images)
   if images.dtype == tf.uint8:
-    return tf.cast(images, tf.float32) / 255.0
+    return tf.gather(tf.constant(_UNIT_LEVELS), tf.cast(images, tf.int32))
   return tf.cast(images, tf.float32)
 
 
