@@ -140,3 +140,24 @@ def test_presets():
   assert not AugmentConfig.dcco_cifar().blur and AugmentConfig.byol().blur
   flip = AugmentConfig.flip_only()
   assert flip.flip and not (flip.crop or flip.color_jitter or flip.blur or flip.solarize)
+
+
+def test_images_become_k_over_255_correctly_rounded_in_every_context():
+  """Eagerly, in a `tf.function` (whose Grappler folds constants) and in a TFF computation compiled
+  with TFF's static Grappler pass, as bin/train runs: each level k is float32(k / 255), the same bits.
+  A division by 255.0 gives them eagerly, but the folded form (times float32(1 / 255)) misses 126 of
+  the 256 levels by an ulp, which is what the lookup guards against."""
+  from tff_ssl import runtime  # pylint: disable=g-import-not-at-top
+  from tff_ssl.data.augment import to_float  # pylint: disable=g-import-not-at-top
+  levels = np.arange(256, dtype=np.uint8).reshape(16, 16, 1)
+  want = np.arange(256, dtype=np.float32).reshape(16, 16, 1) / np.float32(255)
+  folded = np.arange(256, dtype=np.float32) * np.float32(1 / 255)
+  assert (folded != want.ravel()).sum() == 126
+  assert np.array_equal(to_float(levels).numpy(), want)
+  assert np.array_equal(tf.function(to_float)(tf.constant(levels)).numpy(), want)
+  computation = tff.tensorflow.computation(to_float, tff.TensorType(np.uint8, [16, 16, 1]))
+  runtime.configure_context(static_graph_optimization=True)
+  try:
+    assert np.array_equal(computation(levels), want)
+  finally:
+    runtime.configure_context(static_graph_optimization=False)  # tests/conftest.py's.
