@@ -105,13 +105,14 @@ def test_hparams_carry_the_layout_version_and_an_older_layout_still_reads(tmp_pa
   config = ExperimentConfig(method="centralized", optimizer="sgdm", steps=3)
   text = rundir.hparams_json(config)
   assert json.loads(text)[config_fields.VERSION_KEY] == config_fields.VERSION == 2
-  assert rundir.same_settings(text, config)
+  (tmp_path / "hparams.json").write_text(text)
+  assert rundir.same_settings(str(tmp_path / "hparams.json"), config)
   # Version 1 (no key): its centralized "sgd" had momentum 0.9, today's "sgdm".
   old = json.loads(text)
   del old[config_fields.VERSION_KEY]
   old["optimizer"] = "sgd"
-  assert rundir.same_settings(json.dumps(old), config)
   (tmp_path / "hparams.json").write_text(json.dumps(old))
+  assert rundir.same_settings(str(tmp_path / "hparams.json"), config)
   assert experiment.load_config(str(tmp_path)) == config
   # A newer layout is refused in one line naming both versions.
   newer = json.loads(text)

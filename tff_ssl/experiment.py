@@ -434,8 +434,7 @@ def load_config(run_dir: str) -> ExperimentConfig:
   if not os.path.exists(hparams_path):
     raise ValueError(f"{run_dir} is not a run folder (no hparams.json); pass a --output_dir of "
                      f"bin/train")
-  with open(hparams_path) as f:
-    fields = config_fields.upgrade(json.load(f), hparams_path)
+  fields = rundir.read_hparams(hparams_path)
   known = {f.name for f in dataclasses.fields(ExperimentConfig)}
   unknown = sorted(set(fields) - known)
   if unknown:

@@ -87,7 +87,7 @@ def _run_or_fail(config, run_dir: str, **kwargs) -> dict[str, Any]:
   for path in (done, failed):
     if os.path.exists(path):
       hparams = os.path.join(run_dir, "hparams.json")
-      if not os.path.exists(hparams) or not rundir.same_settings(open(hparams).read(), config):
+      if not os.path.exists(hparams) or not rundir.same_settings(hparams, config):
         raise ValueError(f"{run_dir} was run with other settings than the table's now; delete it "
                          f"(or choose another --output_dir) to run it again")
       return _read_json(path)

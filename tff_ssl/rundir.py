@@ -34,16 +34,56 @@ def hparams_json(config) -> str:
   return json.dumps(fields, indent=2, sort_keys=True) + "\n"
 
 
-def compare_settings(stored_text: str, config) -> tuple[list[str], list[str], bool]:
-  """(fields of `config` the stored hparams.json text lacks, fields it has that `config` lacks,
-  whether every field both have is equal). A field added to tff-ssl after the run was written is
-  read as its default: a run written before `head_norm` existed is the same run as one at
-  `head_norm="group"`, and is listed as lacking the field only where `config` sets another value."""
+class CorruptRunFolderError(ValueError):
+  """A run folder's hparams.json cannot be read, or holds no config."""
+
+
+def read_hparams(path: str, config_class=None) -> dict:
+  """The fields of the hparams.json at `path`, in today's layout (`config_fields.upgrade`).
+
+  CorruptRunFolderError, one line naming the file, what is wrong and the fix, where the file cannot
+  be read, is not a JSON object, or (given `config_class`) holds a value that class refuses. Fields
+  of another version (missing or unknown ones) are left to the caller, which names them."""
+  folder = os.path.dirname(os.path.abspath(path))
+  fix = (f"the run in {folder} cannot be resumed or read without it: delete the folder, or choose "
+         f"another --output_dir")
   try:
-    stored = json.loads(stored_text)
-  except ValueError:
-    return [], [], False
-  stored = config_fields.upgrade(stored)  # An older layout's fields in today's; a newer: refused.
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+  except OSError as e:
+    raise CorruptRunFolderError(f"{path} cannot be read ({e.strerror}); make it readable, or "
+                                f"{fix}") from None
+  except UnicodeDecodeError:
+    raise CorruptRunFolderError(f"{path} is not text (not UTF-8); it is corrupt: {fix}") from None
+  try:
+    stored = json.loads(text)
+  except ValueError as e:
+    where = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else str(e)
+    raise CorruptRunFolderError(f"{path} is not valid JSON ({where}); it is corrupt: {fix}"
+                                ) from None
+  if not isinstance(stored, dict):
+    raise CorruptRunFolderError(f"{path} holds a JSON {type(stored).__name__}, not a config's "
+                                f"fields; it is corrupt: {fix}")
+  try:
+    fields = config_fields.upgrade(stored, path)
+  except ValueError as e:
+    raise CorruptRunFolderError(str(e)) from None
+  if config_class is not None:
+    known = {f.name for f in dataclasses.fields(config_class)}
+    try:
+      config_class(**{k: v for k, v in fields.items() if k in known})
+    except (TypeError, ValueError) as e:
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise CorruptRunFolderError(f"{path} holds a value no run can have ({first}); it is "
+                                  f"corrupt: {fix}") from None
+  return fields
+
+
+def compare_settings(stored: dict, config) -> tuple[list[str], list[str], bool]:
+  """(fields of `config` the stored hparams.json fields (`read_hparams`) lack, fields they have that
+  `config` lacks, whether every field both have is equal). A field added to tff-ssl after the run was
+  written is read as its default: a run written before `head_norm` existed is the same run as one at
+  `head_norm="group"`, and is listed as lacking the field only where `config` sets another value."""
   ours = json.loads(hparams_json(config))
   del ours[config_fields.VERSION_KEY]
   defaults = json.loads(json.dumps({f.name: f.default for f in dataclasses.fields(config)
@@ -54,9 +94,10 @@ def compare_settings(stored_text: str, config) -> tuple[list[str], list[str], bo
   return missing, extra, equal
 
 
-def same_settings(stored_text: str, config) -> bool:
-  """Whether a run folder's hparams.json text describes the run of `config` (`compare_settings`)."""
-  missing, extra, equal = compare_settings(stored_text, config)
+def same_settings(path: str, config) -> bool:
+  """Whether the hparams.json at `path` describes the run of `config` (`compare_settings`);
+  CorruptRunFolderError where it holds no readable config (`read_hparams`)."""
+  missing, extra, equal = compare_settings(read_hparams(path, type(config)), config)
   return not missing and not extra and equal
 
 

@@ -366,7 +366,8 @@ def load_newest_readable(manager: tff.program.FileProgramStateManager, structure
 def _check_resumable(hparams_path: str, config, output_dir: str) -> None:
   """Raises ValueError unless the run folder's hparams.json describes `config`'s run
   (`rundir.compare_settings`: a field added since, at its default, is the run's)."""
-  missing, extra, equal = rundir.compare_settings(open(hparams_path).read(), config)
+  missing, extra, equal = rundir.compare_settings(rundir.read_hparams(hparams_path, type(config)),
+                                                  config)
   if missing or extra:
     raise ValueError(f"{output_dir} holds a run written by another version of tff-ssl (its "
                      f"hparams.json lacks {missing or 'nothing'} and has {extra or 'nothing'} more); "

@@ -16,6 +16,7 @@ import sys
 import time
 
 import psutil
+import pytest
 import tensorflow as tf
 import tensorflow_federated as tff
 
@@ -154,6 +155,46 @@ def test_run_folder_of_another_version_is_refused(tmp_path):
   proc = train_here(out, "--rounds=1")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads((out / "hparams.json").read_text())["group_size"] == 0  # Written back whole.
+
+
+def _snapshot(folder):
+  """Every file under `folder`, its bytes and modification time; not the lock, which records the
+  process that last held the folder (taken before hparams.json is read: a run may be writing it)."""
+  return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+          for p in sorted(folder.rglob("*")) if p.is_file() and p.name != rundir.LOCK_FILE}
+
+
+def test_a_corrupt_hparams_json_is_named_as_such_and_nothing_changes(tmp_path):
+  out = tmp_path / "run"
+  proc = train_here(out, "--rounds=1")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  (out / "results.json").unlink()  # Interrupted while evaluating: a rerun would resume it.
+  good = json.loads((out / "hparams.json").read_text())
+  for corrupt, what in [
+      (b'{"method": "dcco", "rounds": ', "is not valid JSON (Expecting value at line 1)"),
+      (b"", "is not valid JSON (Expecting value at line 1)"),
+      (b"[1, 2]", "holds a JSON list, not a config's fields"),
+      (b"\x89PNG\r\n\x1a\n\x00\xff", "is not text (not UTF-8)"),
+      (json.dumps({**good, "rounds": -3}).encode(),
+       "holds a value no run can have (rounds must be >= 1")]:
+    (out / "hparams.json").write_bytes(corrupt)
+    before = _snapshot(out)
+    line = one_line(train_here(out, "--rounds=1"))
+    assert line.startswith(f"error: {out / 'hparams.json'} {what}"), line
+    assert line.endswith(f"the run in {out} cannot be resumed or read without it: delete the "
+                         f"folder, or choose another --output_dir"), line
+    after = _snapshot(out)
+    assert after == before, [k for k in set(after) | set(before) if after.get(k) != before.get(k)]
+
+
+def test_a_corrupt_hparams_json_ends_bin_train_with_exit_status_2(tmp_path):
+  out = tmp_path / "run"
+  out.mkdir()
+  (out / "hparams.json").write_text('{"method": "dcco",')
+  line = one_line(train(out, timeout=300))
+  assert line.startswith(f"error: {out / 'hparams.json'} is not valid JSON"), line
+  assert sorted(p.name for p in out.iterdir()) == sorted(["hparams.json", rundir.LOCK_FILE])
+  assert (out / "hparams.json").read_text() == '{"method": "dcco",'
 
 
 def _workers_of(pid):
