@@ -20,11 +20,11 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 
-from tff_ssl import evaluation, experiment, rundir, table_report
+from tff_ssl import evaluation, experiment, rundir, runner, table_report
 from tff_ssl import progress as progress_lib
 from tff_ssl.tables import FAILED, Column, Row, Table
 
@@ -261,6 +261,22 @@ def _finished(output_dir: str, path: str) -> dict[str, Any] | None:
     if os.path.exists(found):
       return _read_json(found)
   return None
+
+
+def check_workers(table: Table, workers: Sequence[str]) -> None:
+  """Raises ValueError (one line, naming the cell) if a federated cell of `table` would leave one of
+  `workers` without clients (`runner.check_workers`), before anything runs."""
+  if len(workers) < 2:
+    return
+  todo, _ = cells(table)
+  for cell in todo:
+    if cell.row.federated:
+      config = table.cell_config(cell.row, cell.column)
+      try:
+        runner.check_workers(config, list(workers))
+      except ValueError as e:
+        raise ValueError(f"cell {cell.row.key}/{cell.column.key}: " +
+                         str(e).replace("set --group_size=", "set --set=group_size=")) from None
 
 
 def reproduce(table: Table, output_dir: str, *, progress: bool = True,

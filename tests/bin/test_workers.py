@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import portpicker
@@ -169,3 +170,55 @@ def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
   proc = train_here(out, "--rounds=1", f"--workers=localhost:{port},localhost:{port + 1}")
   assert proc.returncode == cli.EXIT_ERROR and "set --group_size=4 or less" in proc.stderr
   assert not out.exists()
+
+
+REPRODUCE_TINY = textwrap.dedent("""
+    import dataclasses, os, runpy, sys
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.path.insert(0, {root!r})
+    import tasks
+    from tests.tables.test_reproduce import tiny_table
+
+    def grid():  # Two federated cells: DCCO and CCO + FedAvg, in one column.
+      table = tiny_table()
+      return dataclasses.replace(table, rows=table.rows[:2], columns=table.columns[1:],
+                                 curve_every=100)
+
+    tasks.TABLES["tiny"] = {{"mini": grid}}
+    sys.argv = ["reproduce", "--table=tiny", *sys.argv[1:]]
+    runpy.run_path(os.path.join({root!r}, "bin", "reproduce"), run_name="__main__")
+""")
+
+
+def reproduce_tiny(*args):
+  """bin/reproduce in a process of its own, on a two-cell table registered for the test."""
+  return subprocess.run([sys.executable, "-c", REPRODUCE_TINY.format(root=ROOT), *args],
+                        capture_output=True, text=True, timeout=900, check=False)
+
+
+def test_reproduce_runs_a_tables_cells_across_two_workers_as_it_runs_them_locally(tmp_path,
+                                                                                    workers):
+  """Both cells' losses to round-off (ROUND_OFF); their accuracies within 1 of the 200 test images
+  per evaluation (a prediction at a tie may flip with the round-off); a cell that would leave a worker
+  without clients is refused in one line before anything is written."""
+  fixed = ["--set=server_learning_rate=0.001", "--max_rounds=2"]  # No pilots: the cells alone.
+  targets = f"--workers={','.join(workers.targets)}"
+  refused = tmp_path / "refused"
+  proc = reproduce_tiny(f"--output_dir={refused}", *fixed, targets)  # One slot a round: 1 worker.
+  assert proc.returncode == cli.EXIT_ERROR, proc.stderr[-3000:]
+  line = proc.stderr.strip()
+  assert line.count("\n") == 0 and line.startswith("error: cell fedavg_cco/iid_4: --workers names "
+                                                   "2 workers but a round has 1 TFF client slot"), line
+  assert "set --set=group_size=2 or less" in line and not refused.exists()
+
+  local, remote = tmp_path / "local", tmp_path / "workers"
+  for out, extra in ((local, []), (remote, [targets])):
+    proc = reproduce_tiny(f"--output_dir={out}", *fixed, "--set=group_size=2", *extra)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+  for row in ("dcco", "fedavg_cco"):
+    a, b = (d / "cells" / row / "iid_4" for d in (local, remote))
+    _same_run(a, b, ROUND_OFF)
+    ours, theirs = (json.loads((d / "results.json").read_text())["evaluations"] for d in (a, b))
+    assert sorted(ours) == sorted(theirs)
+    for key, value in ours.items():
+      assert abs(value - theirs[key]) <= 1 / 200 + 1e-9, (row, key, value, theirs[key])
