@@ -215,3 +215,39 @@ def test_previous_statistics_run_one_phase_after_a_two_phase_first_round(model, 
     assert spread.relative_gap(s2.method_state["statistics"][key],
                                round1["statistics"][key]) < 1e-12
   assert np.isfinite(metrics["loss"])
+
+
+@pytest.mark.parametrize("name", ["cco", "vicreg"])
+def test_a_mean_anchored_round_equals_the_centralized_step_of_the_anchored_loss(model, clients, name):
+  """--dcco_mean_anchor adds weight x (mean_d <f>_d^2 + mean_d <g>_d^2) of the union's means: a term
+  of the statistics like the loss's own, so the round is still the centralized step, of the sum."""
+  images, data = clients
+  entry, weight = losses.STATISTICS[name], 0.5
+
+  def grad(w, x, ids):
+    v1, v2 = two_views(x, tf.constant([SEED, 0], tf.int64), AUGMENT, ids)
+    with tf.GradientTape() as tape:
+      tape.watch(w)
+      f, g = common.encode_views(model, w, v1, v2)
+      loss = entry.batch_loss(f, g, HP) + weight * (tf.reduce_mean(tf.reduce_mean(f, 0) ** 2) +
+                                                    tf.reduce_mean(tf.reduce_mean(g, 0) ** 2))
+    return tape.gradient(loss, w)
+
+  update = [ETA * g.numpy() for g in grad([tf.constant(w) for w in model.initial_weights], images,
+                                          np.arange(len(images)))]
+  process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                        DCCOConfig(ssl=name, hparams=HP, client_learning_rate=ETA, augment=AUGMENT,
+                                   seed=SEED, mean_anchor=weight), Simulation(mode="reference"))
+  state = process.initialize()
+  new_state, _ = process.next(state, data)
+  gap = spread.relative_gap([w0 - w for w0, w in zip(state.weights, new_state.weights)], update)
+  spread.within(f"float64 {name} + mean anchor: round vs centralized step", gap, TOLERANCE)
+  plain = [ETA * g for g in centralized_gradient(model, entry, model.initial_weights, images)]
+  assert spread.relative_gap(update, plain) > 1e-6  # The anchor moved the step.
+
+
+def test_the_mean_anchor_needs_mean_statistics():
+  with pytest.raises(ValueError, match=r"--ssl=spectral has none of \(its statistics: mean_dot"):
+    DCCOConfig(ssl="spectral", mean_anchor=0.1)
+  with pytest.raises(ValueError, match="dcco_mean_anchor"):
+    DCCOConfig(ssl="cco", mean_anchor=-1.0)

@@ -69,6 +69,13 @@ DCCO_STATISTICS = Field(
     "exactly the centralized gradient) or the previous round's aggregate (previous: one phase, "
     "about one centralized step's cost, statistics one round stale).", choices=STATISTICS_MODES)
 
+DCCO_MEAN_ANCHOR = Field(
+    "dcco_mean_anchor", 0.0, "DCCO: weight of a penalty on the union's mean encodings, "
+    "weight x (mean_d <f>_d^2 + mean_d <g>_d^2), added to a loss with mean statistics (CCO, VICReg). "
+    "Those losses leave the means free, and with --dcco_statistics=previous a drifting mean "
+    "mis-centres every one-round-old covariance; the penalty holds the means near 0.", lower=0,
+    note="0: the loss alone")
+
 DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
                            "encoding statistics' sum (N_k times its statistics).", lower=0,
                            note="0: no clipping, only with noise multiplier 0")
@@ -88,10 +95,16 @@ class DCCOConfig:
   privacy: PrivacyConfig = PrivacyConfig()  # privacy.releases is 2: the statistics, the update.
   # DP-DCCO's public denominator: the expected images per round (0: without DP, the exact N).
   denominator: float = 0.0
+  mean_anchor: float = 0.0  # DCCO_MEAN_ANCHOR's weight (0: none).
 
   def __post_init__(self):
-    losses.get_statistics(self.ssl)
+    entry = losses.get_statistics(self.ssl)
     DCCO_STATISTICS.check(self.statistics)
+    DCCO_MEAN_ANCHOR.check(self.mean_anchor)
+    if self.mean_anchor and not set(MEAN_TERMS) <= set(entry.names):
+      raise ValueError(f"--dcco_mean_anchor={self.mean_anchor:g} penalizes the mean statistics "
+                       f"{' and '.join(MEAN_TERMS)}, which --ssl={self.ssl} has none of (its "
+                       f"statistics: {', '.join(entry.names)}): set --dcco_mean_anchor=0")
     local_steps.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
     if self.stale and self.privacy.any:
@@ -118,6 +131,14 @@ class DCCOConfig:
     return self.statistics == "previous"
 
 
+MEAN_TERMS = ("mean_f", "mean_g")  # The statistics DCCO_MEAN_ANCHOR penalizes.
+
+
+def mean_anchor(statistics, weight: float) -> tf.Tensor:
+  """weight x (mean_d <f>_d^2 + mean_d <g>_d^2) of the statistics' mean encodings."""
+  return weight * tf.add_n([tf.reduce_mean(tf.square(statistics[n])) for n in MEAN_TERMS])
+
+
 def _field(struct, name):
   return struct[name] if isinstance(struct, dict) else getattr(struct, name)
 
@@ -133,8 +154,9 @@ class StatisticsTerm(client_work.ClientTerm):
 
   key = "dcco"
 
-  def __init__(self, ssl: str, hparams: ssl_lib.Hparams, eps: float | None = None):
-    self.ssl, self.hparams, self.eps = ssl, hparams, eps
+  def __init__(self, ssl: str, hparams: ssl_lib.Hparams, eps: float | None = None,
+               anchor: float = 0.0):
+    self.ssl, self.hparams, self.eps, self.anchor = ssl, hparams, eps, anchor
 
   @property
   def stateful(self) -> bool:
@@ -145,8 +167,10 @@ class StatisticsTerm(client_work.ClientTerm):
     aggregate = carried["aggregate"]
     local = entry.statistics(step.outputs.z1, step.outputs.z2)
     statistics = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
-    value = entry.loss(combined(local, statistics), _field(aggregate, "count"), self.hparams,
-                       self.eps)
+    both = combined(local, statistics)
+    value = entry.loss(both, _field(aggregate, "count"), self.hparams, self.eps)
+    if self.anchor:
+      value += mean_anchor(both, self.anchor)
     return value, local
 
   def after_step(self, carried, step, record):
@@ -158,7 +182,8 @@ def client_config(cfg: DCCOConfig, eps: float | None = None) -> client_work.Clie
   """DCCO's clients as the shared client work runs them: no SSL loss but the statistics term, the
   round's views at every local step."""
   return client_work.ClientConfig(
-      ssl="", terms=(StatisticsTerm(cfg.ssl, cfg.hparams, eps),), step_views=False,
+      ssl="", terms=(StatisticsTerm(cfg.ssl, cfg.hparams, eps, cfg.mean_anchor),),
+      step_views=False,
       client_optimizer=cfg.client_optimizer, client_learning_rate=cfg.client_learning_rate,
       local_steps=cfg.local_steps, augment=cfg.augment, seed=cfg.seed)
 
@@ -617,7 +642,8 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
                      statistics=config.dcco_statistics, client_optimizer=config.client_optimizer,
                      client_learning_rate=config.client_learning_rate,
                      local_steps=config.local_steps, augment=config.augment_config(),
-                     seed=config.seed, privacy=private, denominator=denominator),
+                     seed=config.seed, privacy=private, denominator=denominator,
+                     mean_anchor=config.dcco_mean_anchor),
           grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 
@@ -630,7 +656,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 
 METHOD = Method(
     name="dcco", kind="federated",
-    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DCCO_STATISTICS),
+    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DCCO_STATISTICS,
+                                                    DCCO_MEAN_ANCHOR),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
