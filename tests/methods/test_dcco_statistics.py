@@ -251,3 +251,28 @@ def test_the_mean_anchor_needs_mean_statistics():
     DCCOConfig(ssl="spectral", mean_anchor=0.1)
   with pytest.raises(ValueError, match="dcco_mean_anchor"):
     DCCOConfig(ssl="cco", mean_anchor=-1.0)
+
+
+def test_a_refresh_round_runs_both_phases_against_its_own_statistics(model, clients):
+  """--dcco_refresh_every=2: rounds 0 and 2 are two-phase rounds (fresh statistics), round 1 and 3
+  one phase against the round before's."""
+  images, data = clients
+  del images
+  stale = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
+                      DCCOConfig(ssl="cco", hparams=HP, client_learning_rate=ETA, augment=AUGMENT,
+                                 seed=SEED, statistics="previous", refresh_every=2),
+                      Simulation(mode="reference"))
+  exact = process_of(model, "cco")
+  state, phases = stale.initialize(), []
+  for _ in range(3):
+    phases.append(1 if stale.has_previous(state) else 2)
+    before = state
+    state, _ = stale.next(state, data)
+  assert phases == [2, 1, 2] and stale.has_previous(state)
+  weights, seed = common.flat_weights(before.weights), common.round_seed(SEED, 2)
+  fresh = exact.aggregate_statistics(weights, seed, data)
+  want = exact.aggregate_updates(weights, seed, fresh, data)["update"]
+  got = common.flat_weights(before.weights) - common.flat_weights(state.weights)
+  assert spread.relative_gap(got, want) < 1e-12
+  with pytest.raises(ValueError, match="set --dcco_statistics=previous or --dcco_refresh_every=0"):
+    DCCOConfig(ssl="cco", refresh_every=2)

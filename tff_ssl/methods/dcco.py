@@ -76,6 +76,11 @@ DCCO_MEAN_ANCHOR = Field(
     "mis-centres every one-round-old covariance; the penalty holds the means near 0.", lower=0,
     note="0: the loss alone")
 
+DCCO_REFRESH_EVERY = Field(
+    "dcco_refresh_every", 0, "DCCO with --dcco_statistics=previous: every this many rounds, a round "
+    "runs both phases (fresh statistics) instead of one.", lower=0,
+    note="0: only the first round")
+
 DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
                            "encoding statistics' sum (N_k times its statistics).", lower=0,
                            note="0: no clipping, only with noise multiplier 0")
@@ -96,11 +101,17 @@ class DCCOConfig:
   # DP-DCCO's public denominator: the expected images per round (0: without DP, the exact N).
   denominator: float = 0.0
   mean_anchor: float = 0.0  # DCCO_MEAN_ANCHOR's weight (0: none).
+  refresh_every: int = 0  # DCCO_REFRESH_EVERY (0: only the first round runs both phases).
 
   def __post_init__(self):
     entry = losses.get_statistics(self.ssl)
     DCCO_STATISTICS.check(self.statistics)
     DCCO_MEAN_ANCHOR.check(self.mean_anchor)
+    DCCO_REFRESH_EVERY.check(self.refresh_every)
+    if self.refresh_every and not self.stale:
+      raise ValueError(f"--dcco_refresh_every={self.refresh_every} refreshes one-round-old "
+                       f"statistics; every two-phase round is fresh: set --dcco_statistics=previous "
+                       f"or --dcco_refresh_every=0")
     if self.mean_anchor and not set(MEAN_TERMS) <= set(entry.names):
       raise ValueError(f"--dcco_mean_anchor={self.mean_anchor:g} penalizes the mean statistics "
                        f"{' and '.join(MEAN_TERMS)}, which --ssl={self.ssl} has none of (its "
@@ -547,7 +558,11 @@ class DCCOProcess(server_step.ServerLoop):
         count=np.zeros([], self.dtype.as_numpy_dtype))
 
   def has_previous(self, state: server_step.ServerState) -> bool:
-    return self.config.stale and float(state.method_state["count"]) > 0
+    """Whether the round trains against the previous round's statistics: one-computation DCCO, once
+    a round has released them, except every `refresh_every`-th round."""
+    every = self.config.refresh_every
+    return (self.config.stale and float(state.method_state["count"]) > 0 and
+            not (every and state.round_num % every == 0))
 
   def compute_update(self, state: server_step.ServerState, clients: list[dict]) -> dict:
     """The round's aggregated update Δ and mean client loss, before the server optimizer step."""
@@ -643,7 +658,8 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
                      client_learning_rate=config.client_learning_rate,
                      local_steps=config.local_steps, augment=config.augment_config(),
                      seed=config.seed, privacy=private, denominator=denominator,
-                     mean_anchor=config.dcco_mean_anchor),
+                     mean_anchor=config.dcco_mean_anchor,
+                     refresh_every=config.dcco_refresh_every),
           grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 
@@ -657,7 +673,7 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 METHOD = Method(
     name="dcco", kind="federated",
     fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DCCO_STATISTICS,
-                                                    DCCO_MEAN_ANCHOR),
+                                                    DCCO_MEAN_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
