@@ -63,7 +63,8 @@ def gap(optimizers, loss: str) -> float:
   tf.keras.backend.set_floatx("float64")
   model = equivalence.functional_model(equivalence.SHAPE)
   images, ids, data = equivalence.client_data(equivalence.SHAPE, np.arange(21))
-  return equivalence.round_gap(model, equivalence.process_of(model, loss), loss, images, ids, data)
+  return equivalence.round_gap(equivalence.process_of(model, loss),
+                               equivalence.centralized_update(model, loss, images, ids), data)
 
 
 def main(argv):
