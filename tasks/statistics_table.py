@@ -68,7 +68,7 @@ def _rows(base: ExperimentConfig, rounds: int, global_batch: int) -> tuple[Row, 
 
 # This table's claims (not a paper's: issue 36's extension of DCCO, issue 52's one computation).
 EXACT = ("not the paper's: this project's (issue 36); DCCO's round is the centralized step on the "
-         "union of the round's images for any statistics loss (tests/federated/"
+         "union of the round's images for any statistics loss (tests/methods/"
          "test_dcco_statistics.py), so each DCCO row should be as near its centralized row as "
          "DCCO Table 1 finds DCCO to centralized CCO (footnote 3: \"close\", within 3 points here)")
 STALE = ("not the paper's (it names one communication round as an open question): one-computation "
@@ -103,7 +103,12 @@ def mini() -> Table:
                           checkpoint_every=250, log_every=50, seed=0)
   return _table("mini", base, MINI_ROUNDS, 60_000, 128, notes=(
       f"Mini scale, in the mini regime (shifted Fashion-MNIST): {MINI_ROUNDS} rounds of 128 images "
-      f"(the centralized gate's length); server Adam 5e-3 for every loss.",),
+      f"(the centralized gate's length); server Adam 5e-3 for every loss.",
+      "One-computation DCCO is the plain one-phase round: no remedy of issue 52 (mean or variance "
+      "anchor, a two-phase refresh every 2 or 4 rounds) fixed it on validation pilots, so none is "
+      "the row's (docs/dcco_statistics_mini.md gives the measured reason). Best point reached: at "
+      "server Adam 1e-3 (a diagnostic, non-IID 1: docs/table_runs/dcco_statistics_mini_lr1e-3/), "
+      "59.2 / 58.8 against two-phase DCCO's 71.9 / 71.9 at that rate.",),
       evaluations=TUNED_10_TWO_SEEDS, gate=TUNED_GATE)
 
 

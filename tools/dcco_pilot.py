@@ -4,12 +4,13 @@ one-computation DCCO's stale statistics), on its non-IID 1 column: train minus a
 validation split (54,000 one-image clients), scored by the run's own probe on that split, never the
 test split. Appends one line to PILOTS/summary.txt.
 
-  .venv/bin/python tools/dcco_pilot.py ROW ANCHOR ROUNDS LR [REFRESH] [PILOTS]
-  .venv/bin/python tools/dcco_pilot.py dcco_previous 1.0 250 0.005 4     # ~1 min on 2 cores
+  .venv/bin/python tools/dcco_pilot.py PILOTS ROW [FIELD=VALUE ...]
+  .venv/bin/python tools/dcco_pilot.py runs/dcco_pilots dcco_previous rounds=1000 \\
+      dcco_variance_anchor=10 dcco_mean_anchor=1        # ~3 min on 2 cores
 
-ROW: dcco or dcco_previous; ANCHOR: --dcco_mean_anchor; ROUNDS: the run's length (its cosine decay
-too); LR: server Adam's rate; REFRESH: --dcco_refresh_every (default 0); PILOTS: the folder of the
-runs (default runs/dcco_pilots).
+PILOTS: the folder of the runs; ROW: dcco or dcco_previous (the table's row); FIELD=VALUE: settings
+over the row's (bin/train's flags without --), e.g. rounds (the cosine decay's length too),
+server_learning_rate, dcco_mean_anchor, dcco_variance_anchor, dcco_refresh_every, seed.
 """
 
 import dataclasses
@@ -25,22 +26,19 @@ from tff_ssl import runtime  # noqa: E402
 runtime.install()
 
 import tasks  # noqa: E402
-from tff_ssl import experiment  # noqa: E402
+from tff_ssl import experiment, tables  # noqa: E402
 
 
 def main(argv) -> int:
-  if len(argv) < 5:
+  if len(argv) < 3:
     print(__doc__, file=sys.stderr)
     return 2
-  row, anchor, rounds, lr = argv[1], float(argv[2]), int(argv[3]), float(argv[4])
-  refresh = int(argv[5]) if len(argv) > 5 else 0
-  pilots = argv[6] if len(argv) > 6 else os.path.join("runs", "dcco_pilots")
+  pilots, row, settings = argv[1], argv[2], tables.parse_settings(argv[3:])
   table = tasks.get_table("dcco_statistics", "mini")
   config = dataclasses.replace(
-      table.cell_config(table.row(row), table.column("noniid_1")), rounds=rounds,
-      validation_fraction=0.1, num_clients=54_000, eval_every=0, dcco_mean_anchor=anchor,
-      dcco_refresh_every=refresh, server_learning_rate=lr)
-  name = f"{row}_anchor{anchor:g}_refresh{refresh}_rounds{rounds}_lr{lr:g}"
+      table.cell_config(table.row(row), table.column("noniid_1")), validation_fraction=0.1,
+      num_clients=54_000, eval_every=0, **settings)
+  name = "_".join([row] + [f"{k}={v}" for k, v in sorted(settings.items())])
   start = time.time()
   try:
     result = experiment.run(config, os.path.join(pilots, name), progress=False,

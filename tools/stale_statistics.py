@@ -6,6 +6,10 @@ folder only gives the config (docs/results.md, "Statistics losses").
 
   .venv/bin/python tools/stale_statistics.py runs/stats/cells/dcco_previous/noniid_1 40
 
+FIELD=VALUE settings after ROUNDS override the run's (e.g. server_learning_rate=0.0002;
+dcco_statistics=current prints a two-phase run's spreads for comparison); FIXED_CLIENTS=1 in the
+environment trains every round on round 0's clients (staleness of the weights alone).
+
 Prints per round: the loss, and for each statistic ||previous - current|| / ||current||; for the
 per-dimension means, also the largest |mean| over the median standard deviation (features drifting
 away from zero faster than the statistics follow).
@@ -26,6 +30,7 @@ import numpy as np  # noqa: E402
 
 from tff_ssl import experiment, runner, tables  # noqa: E402
 from tff_ssl.federated import common, grouping  # noqa: E402
+from tff_ssl.methods import dcco  # noqa: E402
 
 
 def main(argv) -> int:
@@ -36,31 +41,36 @@ def main(argv) -> int:
   try:
     config = dataclasses.replace(experiment.load_config(run_dir),
                                  **tables.parse_settings(argv[3:]))
-    if config.method != "dcco" or config.dcco_statistics != "previous":
-      raise ValueError(f"{run_dir} is not a --method=dcco --dcco_statistics=previous run")
+    if config.method != "dcco":
+      raise ValueError(f"{run_dir} is not a --method=dcco run")
+    fresh = config.dcco_statistics == "current"  # Two phases: the spreads alone, for comparison.
     train, _ = experiment.load_splits(config)
     runtime.configure_context()
     _, model, process, round_clients = runner._setup(  # pylint: disable=protected-access
         config, train, runner.partition(config, train))
     state = process.initialize()
     for r in range(rounds):
-      _, clients = round_clients(r)
+      _, clients = round_clients(0 if os.environ.get("FIXED_CLIENTS") else r)
       previous = state.method_state
       line = ""
-      if process.has_previous(state):
+      if fresh or process.has_previous(state):
         data = (grouping.pack(clients, process.simulation.group_size)
                 if process.simulation.grouped else clients)
         current = process.aggregate_statistics(common.flat_weights(state.weights),
                                                common.round_seed(config.seed, r), data)
         gaps = []
         for name, now in current["statistics"].items():
+          if fresh:
+            continue
           now, then = np.asarray(now, np.float64), np.asarray(previous["statistics"][name])
           gaps.append(f"{name} {np.linalg.norm(then - now) / max(np.linalg.norm(now), 1e-30):.3f}")
         stats = current["statistics"]
-        if "mean_f" in stats and "mean_f2" in stats:
-          var = np.maximum(np.asarray(stats["mean_f2"]) - np.asarray(stats["mean_f"]) ** 2, 0)
-          drift = np.abs(np.asarray(stats["mean_f"])).max() / max(np.median(np.sqrt(var)), 1e-30)
-          gaps.append(f"max |mean_f| / median std {drift:.1f}")
+        if dcco.has_variances(stats):
+          var = np.maximum(np.asarray(dcco.variances(stats)[0]), 0)
+          std = np.sqrt(var)
+          drift = np.abs(np.asarray(stats["mean_f"])).max() / max(np.median(std), 1e-30)
+          gaps.append(f"max |mean_f| / median std {drift:.1f}, std of f min / median / max "
+                      f"{std.min():.3g} / {np.median(std):.3g} / {std.max():.3g}")
         line = ", " + ", ".join(gaps)
       state, metrics = process.next(state, clients)
       print(f"round {r}: loss {float(metrics['loss']):.4g}{line}", flush=True)

@@ -221,37 +221,57 @@ def test_previous_statistics_run_one_phase_after_a_two_phase_first_round(model, 
   assert np.isfinite(metrics["loss"])
 
 
+def _anchors(f, g, mean_weight, variance_weight):
+  """The two anchors computed directly from the union's encodings (an independent reference)."""
+  value = 0.0
+  for x in (f, g):
+    mean, var = tf.reduce_mean(x, 0), tf.math.reduce_variance(x, 0)
+    value += (mean_weight * tf.reduce_mean(mean ** 2) +
+              variance_weight * tf.reduce_mean((var - 1.0) ** 2))
+  return value
+
+
 @pytest.mark.parametrize("name", ["cco", "vicreg"])
-def test_a_mean_anchored_round_equals_the_centralized_step_of_the_anchored_loss(model, clients, name):
-  """--dcco_mean_anchor adds weight x (mean_d <f>_d^2 + mean_d <g>_d^2) of the union's means: a term
-  of the statistics like the loss's own, so the round is still the centralized step, of the sum."""
+@pytest.mark.parametrize("mean_weight,variance_weight", [(0.5, 0.0), (0.5, 0.3)])
+def test_an_anchored_round_equals_the_centralized_step_of_the_anchored_loss(
+    model, clients, name, mean_weight, variance_weight):
+  """--dcco_mean_anchor adds weight x (mean_d <f>_d^2 + mean_d <g>_d^2) of the union's means, and
+  --dcco_variance_anchor weight x (mean_d (var f_d - 1)^2 + mean_d (var g_d - 1)^2) of its variances:
+  terms of the statistics like the loss's own, so the round is still the centralized step, of the
+  sum."""
   images, data = clients
-  entry, weight = losses.STATISTICS[name], 0.5
+  entry = losses.STATISTICS[name]
 
   def grad(w, x, ids):
     v1, v2 = two_views(x, tf.constant([SEED, 0], tf.int64), AUGMENT, ids)
     with tf.GradientTape() as tape:
       tape.watch(w)
       f, g = common.encode_views(model, w, v1, v2)
-      loss = entry.batch_loss(f, g, HP) + weight * (tf.reduce_mean(tf.reduce_mean(f, 0) ** 2) +
-                                                    tf.reduce_mean(tf.reduce_mean(g, 0) ** 2))
+      loss = entry.batch_loss(f, g, HP) + _anchors(f, g, mean_weight, variance_weight)
     return tape.gradient(loss, w)
 
   update = [ETA * g.numpy() for g in grad([tf.constant(w) for w in model.initial_weights], images,
                                           np.arange(len(images)))]
   process = DCCOProcess(model, SHAPE, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
                         DCCOConfig(ssl=name, hparams=HP, client_learning_rate=ETA, augment=AUGMENT,
-                                   seed=SEED, mean_anchor=weight), Simulation(mode="reference"))
+                                   seed=SEED, mean_anchor=mean_weight,
+                                   variance_anchor=variance_weight), Simulation(mode="reference"))
   gap = round_gap(process, update, data)
-  spread.within(f"float64 {name} + mean anchor: round vs centralized step", gap, TOLERANCE)
+  spread.within(f"float64 {name} + anchors {mean_weight}, {variance_weight}: round vs centralized "
+                f"step", gap, TOLERANCE)
   assert spread.relative_gap(update, centralized_update(model, name, images)) > 1e-6  # It moved.
 
 
-def test_the_mean_anchor_needs_mean_statistics():
+def test_the_anchors_need_mean_and_variance_statistics():
   with pytest.raises(ValueError, match=r"--ssl=spectral has none of \(its statistics: mean_dot"):
     DCCOConfig(ssl="spectral", mean_anchor=0.1)
+  with pytest.raises(ValueError, match=r"--dcco_variance_anchor=0.1 .* --ssl=spectral's statistics "
+                                       r"\(mean_dot.*set --dcco_variance_anchor=0"):
+    DCCOConfig(ssl="spectral", variance_anchor=0.1)
   with pytest.raises(ValueError, match="dcco_mean_anchor"):
     DCCOConfig(ssl="cco", mean_anchor=-1.0)
+  with pytest.raises(ValueError, match="dcco_variance_anchor"):
+    DCCOConfig(ssl="cco", variance_anchor=-1.0)
 
 
 def test_a_refresh_round_runs_both_phases_against_its_own_statistics(model, clients):

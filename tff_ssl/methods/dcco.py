@@ -76,6 +76,14 @@ DCCO_MEAN_ANCHOR = Field(
     "mis-centres every one-round-old covariance; the penalty holds the means near 0.", lower=0,
     note="0: the loss alone")
 
+DCCO_VARIANCE_ANCHOR = Field(
+    "dcco_variance_anchor", 0.0, "DCCO: weight of a penalty on the union's per-dimension encoding "
+    "variances, weight x (mean_d (var f_d - 1)^2 + mean_d (var g_d - 1)^2), added to a loss with "
+    "mean and second-moment statistics (CCO, VICReg). CCO ignores each feature's scale; with "
+    "--dcco_statistics=previous a feature whose spread shrank since the last round is divided by "
+    "its older, larger spread, and spreads collapse; the penalty holds them near 1.", lower=0,
+    note="0: the loss alone")
+
 DCCO_REFRESH_EVERY = Field(
     "dcco_refresh_every", 0, "DCCO with --dcco_statistics=previous: every this many rounds, a round "
     "runs both phases (fresh statistics) instead of one.", lower=0,
@@ -101,12 +109,14 @@ class DCCOConfig:
   # DP-DCCO's public denominator: the expected images per round (0: without DP, the exact N).
   denominator: float = 0.0
   mean_anchor: float = 0.0  # DCCO_MEAN_ANCHOR's weight (0: none).
+  variance_anchor: float = 0.0  # DCCO_VARIANCE_ANCHOR's weight (0: none).
   refresh_every: int = 0  # DCCO_REFRESH_EVERY (0: only the first round runs both phases).
 
   def __post_init__(self):
     entry = losses.get_statistics(self.ssl)
     DCCO_STATISTICS.check(self.statistics)
     DCCO_MEAN_ANCHOR.check(self.mean_anchor)
+    DCCO_VARIANCE_ANCHOR.check(self.variance_anchor)
     DCCO_REFRESH_EVERY.check(self.refresh_every)
     if self.refresh_every and not self.stale:
       raise ValueError(f"--dcco_refresh_every={self.refresh_every} refreshes one-round-old "
@@ -116,6 +126,10 @@ class DCCOConfig:
       raise ValueError(f"--dcco_mean_anchor={self.mean_anchor:g} penalizes the mean statistics "
                        f"{' and '.join(MEAN_TERMS)}, which --ssl={self.ssl} has none of (its "
                        f"statistics: {', '.join(entry.names)}): set --dcco_mean_anchor=0")
+    if self.variance_anchor and not has_variances(entry.names):
+      raise ValueError(f"--dcco_variance_anchor={self.variance_anchor:g} penalizes per-dimension "
+                       f"variances, which --ssl={self.ssl}'s statistics ({', '.join(entry.names)}) "
+                       f"do not give: set --dcco_variance_anchor=0")
     local_steps.check_client_training(self.local_steps, self.client_optimizer,
                                  self.client_learning_rate)
     if self.stale and self.privacy.any:
@@ -143,11 +157,34 @@ class DCCOConfig:
 
 
 MEAN_TERMS = ("mean_f", "mean_g")  # The statistics DCCO_MEAN_ANCHOR penalizes.
+# Each mean's per-dimension second moment: <x^2> itself, or the diagonal of <x x^T>.
+SECOND_MOMENTS = {"mean_f": ("mean_f2", "mean_ff"), "mean_g": ("mean_g2", "mean_gg")}
+
+
+def has_variances(names) -> bool:
+  """Whether statistics of these names give f's and g's per-dimension variances."""
+  return all(m in names and any(s in names for s in SECOND_MOMENTS[m]) for m in MEAN_TERMS)
+
+
+def variances(statistics) -> list[tf.Tensor]:
+  """[var f, var g], each [d]: <x^2> - <x>^2 per dimension of the statistics' encodings."""
+  out = []
+  for mean in MEAN_TERMS:
+    square, outer = SECOND_MOMENTS[mean]
+    second = (statistics[square] if square in statistics
+              else tf.linalg.diag_part(statistics[outer]))
+    out.append(second - tf.square(statistics[mean]))
+  return out
 
 
 def mean_anchor(statistics, weight: float) -> tf.Tensor:
   """weight x (mean_d <f>_d^2 + mean_d <g>_d^2) of the statistics' mean encodings."""
   return weight * tf.add_n([tf.reduce_mean(tf.square(statistics[n])) for n in MEAN_TERMS])
+
+
+def variance_anchor(statistics, weight: float) -> tf.Tensor:
+  """weight x (mean_d (var f_d - 1)^2 + mean_d (var g_d - 1)^2) of the statistics' encodings."""
+  return weight * tf.add_n([tf.reduce_mean(tf.square(v - 1.0)) for v in variances(statistics)])
 
 
 def _field(struct, name):
@@ -166,8 +203,9 @@ class StatisticsTerm(client_work.ClientTerm):
   key = "dcco"
 
   def __init__(self, ssl: str, hparams: ssl_lib.Hparams, eps: float | None = None,
-               anchor: float = 0.0):
-    self.ssl, self.hparams, self.eps, self.anchor = ssl, hparams, eps, anchor
+               anchor: float = 0.0, variance_anchor: float = 0.0):
+    self.ssl, self.hparams, self.eps = ssl, hparams, eps
+    self.anchor, self.variance_anchor = anchor, variance_anchor
 
   @property
   def stateful(self) -> bool:
@@ -182,6 +220,8 @@ class StatisticsTerm(client_work.ClientTerm):
     value = entry.loss(both, _field(aggregate, "count"), self.hparams, self.eps)
     if self.anchor:
       value += mean_anchor(both, self.anchor)
+    if self.variance_anchor:
+      value += variance_anchor(both, self.variance_anchor)
     return value, local
 
   def after_step(self, carried, step, record):
@@ -193,7 +233,8 @@ def client_config(cfg: DCCOConfig, eps: float | None = None) -> client_work.Clie
   """DCCO's clients as the shared client work runs them: no SSL loss but the statistics term, the
   round's views at every local step."""
   return client_work.ClientConfig(
-      ssl="", terms=(StatisticsTerm(cfg.ssl, cfg.hparams, eps, cfg.mean_anchor),),
+      ssl="", terms=(StatisticsTerm(cfg.ssl, cfg.hparams, eps, cfg.mean_anchor,
+                                      cfg.variance_anchor),),
       step_views=False,
       client_optimizer=cfg.client_optimizer, client_learning_rate=cfg.client_learning_rate,
       local_steps=cfg.local_steps, augment=cfg.augment, seed=cfg.seed)
@@ -659,6 +700,7 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
                      local_steps=config.local_steps, augment=config.augment_config(),
                      seed=config.seed, privacy=private, denominator=denominator,
                      mean_anchor=config.dcco_mean_anchor,
+                     variance_anchor=config.dcco_variance_anchor,
                      refresh_every=config.dcco_refresh_every),
           grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
@@ -673,7 +715,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 METHOD = Method(
     name="dcco", kind="federated",
     fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DCCO_STATISTICS,
-                                                    DCCO_MEAN_ANCHOR, DCCO_REFRESH_EVERY),
+                                                    DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR,
+                                                    DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
