@@ -48,7 +48,7 @@ def main(argv) -> int:
     runtime.configure_context()
     _, model, process, round_clients = runner._setup(  # pylint: disable=protected-access
         config, train, runner.partition(config, train))
-    state = process.initialize()
+    state, last = process.initialize(), None
     for r in range(rounds):
       _, clients = round_clients(0 if os.environ.get("FIXED_CLIENTS") else r)
       previous = state.method_state
@@ -58,19 +58,24 @@ def main(argv) -> int:
                 if process.simulation.grouped else clients)
         current = process.aggregate_statistics(common.flat_weights(state.weights),
                                                common.round_seed(config.seed, r), data)
-        gaps = []
-        for name, now in current["statistics"].items():
-          if fresh:
-            continue
-          now, then = np.asarray(now, np.float64), np.asarray(previous["statistics"][name])
+        # Two phases: against the round before's statistics, what a stale round would have used.
+        before = last if fresh else previous["statistics"]
+        stats, gaps = current["statistics"], []
+        for name, now in stats.items():
+          if before is None:
+            break
+          now, then = np.asarray(now, np.float64), np.asarray(before[name])
           gaps.append(f"{name} {np.linalg.norm(then - now) / max(np.linalg.norm(now), 1e-30):.3f}")
-        stats = current["statistics"]
         if dcco.has_variances(stats):
           var = np.maximum(np.asarray(dcco.variances(stats)[0]), 0)
-          std = np.sqrt(var)
-          drift = np.abs(np.asarray(stats["mean_f"])).max() / max(np.median(std), 1e-30)
+          std = np.maximum(np.sqrt(var), 1e-30)
+          drift = np.abs(np.asarray(stats["mean_f"])).max() / np.median(std)
           gaps.append(f"max |mean_f| / median std {drift:.1f}, std of f min / median / max "
                       f"{std.min():.3g} / {np.median(std):.3g} / {std.max():.3g}")
+          if before is not None:  # How far off a one-round-old mean centres, in standard deviations.
+            shift = np.abs(np.asarray(stats["mean_f"]) - np.asarray(before["mean_f"])) / std
+            gaps.append(f"median |mean_f shift| / std {np.median(shift):.3g}")
+        last = stats
         line = ", " + ", ".join(gaps)
       state, metrics = process.next(state, clients)
       print(f"round {r}: loss {float(metrics['loss']):.4g}{line}", flush=True)
