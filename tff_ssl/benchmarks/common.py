@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_ssl import models, runner, runtime
+from tff_ssl import privacy as privacy_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.data import AugmentConfig
 from tff_ssl.experiment import ExperimentConfig
@@ -36,7 +37,7 @@ class Scenario:
   clients: int  # Clients per round.
   samples_per_client: int
   local_steps: int = 1
-  baseline: str = "centralized"  # or "sequential".
+  baseline: str = "centralized"  # or "sequential", or "non_private" (`without_privacy`).
   ssl: str = "cco"  # The clients' SSL method (tff_ssl.ssl): "cco" or "simclr".
   client_learning_rate: float = 1.0  # DCCO's (the paper's plain gradient descent at 1.0).
   # Further config fields of the method's (e.g. DCCO's statistics mode), as (name, value) pairs.
@@ -48,6 +49,12 @@ class Scenario:
     """(z1, z2) -> the scenario's within-batch SSL loss at its default hyperparameters."""
     method = ssl_lib.get(self.ssl)
     return lambda z1, z2: method.loss(ssl_lib.Outputs(z1, z2), ssl_lib.Hparams())
+
+  def without_privacy(self) -> "Scenario":
+    """The same round without DP, secure sums or compression (the `non_private` baseline)."""
+    private = set(privacy_lib.FIELD_NAMES) | {"dp_statistics_clip"}
+    return dataclasses.replace(self, fields=tuple(f for f in self.fields if f[0] not in private),
+                               baseline="centralized")
 
   def config(self, simulation: str = "grouped", group_size: int = 0) -> ExperimentConfig:
     """The scenario's rounds as an `ExperimentConfig`: what its method's registry entry builds the
@@ -61,6 +68,9 @@ class Scenario:
         server_learning_rate=SERVER_LEARNING_RATE, server_lr_schedule="constant",
         simulation=simulation, group_size=group_size, **dict(self.fields))
 
+
+DP_FIELDS = (("dp", "gaussian_fixed"), ("dp_noise_multiplier", 1.0), ("dp_clip", 1.0),
+             ("num_clients", 60_000))
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("dcco_512x1", "dcco", 512, 1, phases=True),
@@ -78,6 +88,11 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     # small rounds where TFF's fixed cost per round weighs most.
     Scenario("dcco_128x1", "dcco", 128, 1, phases=True),
     Scenario("fedavg_cco_32x4", "fedavg", 32, 4, client_learning_rate=0.1),
+    # DP-DCCO at the cohorts where DP learns (issue 53): each real client's update clipped (one
+    # vectorized pass per chunk of images, `dcco.clipped_records`), beside the non-private round of
+    # the same clients. Noise multiplier 1 over a population of 60,000 one-image users.
+    Scenario("dp_dcco_1024x1", "dcco", 1024, 1, baseline="non_private", fields=DP_FIELDS),
+    Scenario("dp_dcco_4096x1", "dcco", 4096, 1, baseline="non_private", fields=DP_FIELDS),
 ]}
 # What `bin/benchmark` runs unless told (the mini-table scenarios are for --model=mini).
 DEFAULT_SCENARIOS = ("dcco_512x1", "dcco_previous_512x1", "dcco_128x4", "dcco_previous_128x4",

@@ -8,7 +8,8 @@ time is reported:
   grouped     the round's clients packed into TFF client slots (the default mode)
   baseline    what the round should cost without federation: one centralized SGD step on the union
               of the round's images (one-local-step scenarios), or plain sequential local training of
-              the same clients, one compiled `tf.function` per client call (cross-silo)
+              the same clients, one compiled `tf.function` per client call (cross-silo); for a
+              private round, the same clients' round without privacy (grouped, `non_private`)
 
 and the ratios reference/baseline and grouped/baseline. Peak resident memory is that of this process
 and of the TFF worker process (`worker_binary`), which holds the round's tensors while it runs.
@@ -93,7 +94,13 @@ def run_scenario(scenario: Scenario, images: np.ndarray, model_builder, *, warmu
     log(f"  {scenario.name}: {mode} {row[f'{mode}_s']:.3f} s/round")
 
   weights = [tf.constant(w) for w in model.initial_weights]
-  if scenario.baseline == "centralized":
+  if scenario.baseline == "non_private":  # The same clients' round without privacy.
+    plain = build_process(scenario.without_privacy(), model, image_shape)
+    plain_state = [plain.initialize()]
+
+    def baseline(r):
+      plain_state[0], _ = plain.next(plain_state[0], round_clients(images, scenario, r))
+  elif scenario.baseline == "centralized":
     step = _centralized_step(model, scenario)
 
     def baseline(r):

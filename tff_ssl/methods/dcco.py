@@ -59,6 +59,7 @@ from tff_ssl.federated import local_steps
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.models import layers
 from tff_ssl.federated.process import BuildContext
 from tff_ssl.losses.statistics import combined
 from tff_ssl.method import FEDERATED_FIELDS, Method
@@ -111,6 +112,9 @@ class DCCOConfig:
   mean_anchor: float = 0.0  # DCCO_MEAN_ANCHOR's weight (0: none).
   variance_anchor: float = 0.0  # DCCO_VARIANCE_ANCHOR's weight (0: none).
   refresh_every: int = 0  # DCCO_REFRESH_EVERY (0: only the first round runs both phases).
+  # DP-DCCO's phase 2: clip each client in a loop even where one vectorized pass could
+  # (`batched_clipping`; the reference the tests compare it with).
+  clip_loop: bool = False
 
   def __post_init__(self):
     entry = losses.get_statistics(self.ssl)
@@ -212,9 +216,13 @@ class StatisticsTerm(client_work.ClientTerm):
     return True
 
   def loss(self, step, carried):
+    local = losses.get_statistics(self.ssl).statistics(step.outputs.z1, step.outputs.z2)
+    return self.value(local, carried["aggregate"]), local
+
+  def value(self, local, aggregate) -> tf.Tensor:
+    """The loss of <>_C = `local` + stop_gradient(<>_A - `local`): its value the aggregate's, its
+    gradient the aggregate's loss gradient applied to `local`."""
     entry = losses.get_statistics(self.ssl)
-    aggregate = carried["aggregate"]
-    local = entry.statistics(step.outputs.z1, step.outputs.z2)
     statistics = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
     both = combined(local, statistics)
     value = entry.loss(both, _field(aggregate, "count"), self.hparams, self.eps)
@@ -222,7 +230,7 @@ class StatisticsTerm(client_work.ClientTerm):
       value += mean_anchor(both, self.anchor)
     if self.variance_anchor:
       value += variance_anchor(both, self.variance_anchor)
-    return value, local
+    return value
 
   def after_step(self, carried, step, record):
     del step
@@ -251,6 +259,81 @@ def train_against(model: FunctionalModel, client: client_work.ClientConfig, weig
   delta, loss, _, carried = client_work.local_training(
       model, client, weights, seed, data, carried={"dcco": {"aggregate": aggregate, "local": None}})
   return delta, loss, carried["dcco"]["local"]
+
+
+def batched_clipping(cfg: DCCOConfig) -> bool:
+  """Whether DP-DCCO's phase 2 clips each client's update from per-image gradients computed in
+  vectorized passes (`clipped_records`): where a client's update is one plain gradient step (its
+  loss is then linear in its images' statistics). Otherwise, and with `cfg.clip_loop`, each real
+  client of a slot trains in turn (`grouping.fold_clients`), the reference."""
+  return (not cfg.clip_loop and cfg.local_steps == 1 and cfg.client_optimizer == "sgd")
+
+
+CLIP_CHUNK = 64  # Images per vectorized pass of `clipped_records`: CLIP_CHUNK x P floats at once.
+
+
+def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learning_rate, weights,
+                    seed, data, aggregate, clip, chunk: int | None = None):
+  """Phase 2 of DP-DCCO at a slot without a loop over its clients: (sum_k of client k's record N_k
+  Delta_k clipped to `clip`, the records' norms before the clip [K], the loss). Delta_k as
+  `train_against` gives it (the start weights minus the trained ones); the loss is every client's,
+  the aggregate's.
+
+  With one plain gradient step, Delta_k = eta grad l_k, and l_k is linear in client k's statistics
+  <>_k = (1/N_k) sum_n s_n (`StatisticsTerm.value`), so N_k Delta_k = eta sum_{n in k} grad l(s_n):
+  per-image gradients, taken `chunk` images at a time (whole clients: a larger client alone) in one
+  `tf.vectorized_map` (one image per iteration: the encoder treats images apart; convolutions take
+  `layers.sliced_filter_gradients`), summed by client, clipped (`clip_factors`) and added up.
+  `chunk`: None, `CLIP_CHUNK`."""
+  chunk = CLIP_CHUNK if chunk is None else chunk
+  entry = losses.get_statistics(term.ssl)
+  v1, v2 = common.views(data, seed, augment)
+  segments, count = client_segments(data)
+  bounds = tf.math.segment_max(tf.range(1, tf.size(segments) + 1), segments)  # Each client's end.
+
+  def one_image(views):
+    with tf.GradientTape() as tape, layers.sliced_filter_gradients():
+      tape.watch(weights)
+      f, g = common.encode_views(model, weights, views[0][None], views[1][None])
+      value = term.value(entry.statistics(f, g), aggregate)
+    return tape.gradient(value, weights), value
+
+  @tf.function(autograph=False)  # The loop is explicit; no per-iteration intermediates kept.
+  def loop(v1, v2, segments, bounds, zero):
+    eta = tf.cast(learning_rate, zero.dtype)
+
+    def body(start, total, norms, loss):
+      fits = tf.boolean_mask(bounds, bounds <= start + chunk)
+      end = tf.maximum(tf.reduce_max(tf.concat([fits, [0]], 0)),
+                       tf.reduce_min(tf.boolean_mask(bounds, bounds > start)))
+      grads, values = tf.vectorized_map(one_image, (v1[start:end], v2[start:end]))
+      clients = segments[start:end] - segments[start]
+      count = clients[-1] + 1
+      # Per client: the sum of its images' gradients (each image its own client: as they are).
+      grads = tf.cond(tf.equal(count, end - start), lambda: [tf.identity(g) for g in grads],
+                      lambda: [tf.math.unsorted_segment_sum(g, clients, count) for g in grads])
+      chunk_norms = eta * tf.sqrt(tf.add_n([
+          tf.reduce_sum(tf.square(tf.reshape(g, [count, -1])), 1) for g in grads]))
+      factor = clip_factors(chunk_norms, clip) * eta
+      total = [t + tf.tensordot(factor, g, [[0], [0]]) for t, g in zip(total, grads)]
+      norms = tf.tensor_scatter_nd_update(
+          norms, (tf.range(count) + segments[start])[:, None], chunk_norms)
+      return end, total, norms, values[0]
+
+    _, total, norms, loss = tf.while_loop(
+        lambda start, *_: start < tf.size(segments), body,
+        (tf.constant(0), [tf.zeros(s.shape, zero.dtype) for s in model.weight_specs],
+         tf.zeros([count], zero.dtype), zero))
+    return common.flatten(total), norms, loss
+
+  return loop(v1, v2, segments, bounds, tf.zeros([], weights[0].dtype))
+
+
+def clip_factors(norms, clip):
+  """Each record's scale under an L2 clip, as `tf.clip_by_global_norm` scales a record
+  (tensorflow_privacy's clip): clip * min(1 / norm, 1 / clip)."""
+  clip = losses.statistics.as_dtype(clip, norms.dtype)
+  return clip * tf.minimum(tf.math.reciprocal(norms), tf.math.reciprocal(clip))
 
 
 def client_segments(data):
@@ -489,11 +572,19 @@ class DCCOProcess(server_step.ServerLoop):
     summed (`PrivateRelease.fold`), with the images and their loss."""
     model, specs, release = self.model, self.model.weight_specs, phase.release
     client = client_config(self.config, self.variance_eps)
+    batched = batched_clipping(self.config)
 
     @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.aggregate_type,
                                 self.data_type, phase.params_type)
     def client_update_sum(weights, seed, aggregate, data, params):
       weights = common.unflatten_tensors(weights, specs)
+      if batched:
+        record, norms, loss = clipped_records(model, client.terms[0], client.augment,
+                                              client.client_learning_rate, weights, seed, data,
+                                              aggregate, release.clip_of(params))
+        n = tf.cast(tf.size(client_segments(data)[0]), tf.float32)
+        return (release.presummed([record], tf.cast(norms, tf.float32), params), n,
+                tf.cast(loss, tf.float32))
 
       def one_client(images, ids, acc):
         delta, loss, _ = train_against(model, client, weights, seed,

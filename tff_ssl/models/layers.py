@@ -28,10 +28,64 @@ class WSConv2D(tf.keras.layers.Conv2D):
     return (kernel - mean) * tf.math.rsqrt(var + self.ws_eps)
 
   def convolution_op(self, inputs, kernel):
-    return super().convolution_op(inputs, self.standardized_kernel(kernel))
+    kernel = self.standardized_kernel(kernel)
+    if getattr(_gradients, "sliced", False):
+      if tuple(self.dilation_rate) != (1, 1) or self.data_format != "channels_last":
+        raise ValueError(f"{self.name}: sliced filter gradients take undilated NHWC "
+                         f"convolutions; got dilation {self.dilation_rate}, {self.data_format}")
+      return sliced_conv2d(inputs, kernel, tuple(self.strides), self.padding.upper())
+    return super().convolution_op(inputs, kernel)
 
   def get_config(self):
     return {**super().get_config(), "ws_eps": self.ws_eps}
+
+
+_gradients = threading.local()
+
+
+@contextlib.contextmanager
+def sliced_filter_gradients():
+  """Within it (at trace time), a `WSConv2D` takes its kernel's gradient as one einsum of a strided
+  slice of its input with its output's gradient per kernel offset (`sliced_conv2d`), not TF's
+  Conv2DBackpropFilter, which `tf.vectorized_map` cannot vectorize over per-example inputs (pfor
+  falls back to a while_loop over the examples): per-example gradients at about batch cost (DP-DCCO's
+  per-client clipping, `methods.dcco.clipped_records`). The same gradient up to round-off."""
+  previous = getattr(_gradients, "sliced", False)
+  _gradients.sliced = True
+  try:
+    yield
+  finally:
+    _gradients.sliced = previous
+
+
+def sliced_conv2d(x, kernel, strides, padding: str):
+  """tf.nn.conv2d (NHWC, undilated) whose kernel gradient is `sliced_filter_gradient`."""
+  stride = [1, strides[0], strides[1], 1]
+
+  @tf.custom_gradient
+  def conv(x, kernel):
+    def grad(dy):
+      dx = tf.nn.conv2d_transpose(dy, kernel, tf.shape(x), stride, padding)
+      return dx, sliced_filter_gradient(x, dy, kernel.shape, strides, padding)
+    return tf.nn.conv2d(x, kernel, stride, padding), grad
+
+  return conv(x, kernel)
+
+
+def sliced_filter_gradient(x, dy, kernel_shape, strides, padding: str) -> tf.Tensor:
+  """The kernel gradient of conv2d(x) given its output's gradient `dy`: for each kernel offset
+  (i, j), sum over images and positions of x[i + s h, j + s w, :]^T dy[h, w, :] (x padded as "SAME"
+  pads it). Needs static spatial shapes."""
+  kh, kw = int(kernel_shape[0]), int(kernel_shape[1])
+  (sh, sw), (height, width), (oh, ow) = strides, x.shape[1:3], dy.shape[1:3]
+  if padding == "SAME":
+    ph, pw = max((oh - 1) * sh + kh - height, 0), max((ow - 1) * sw + kw - width, 0)
+    x = tf.pad(x, [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]])
+  return tf.stack([
+      tf.stack([tf.einsum("bhwc,bhwd->cd",
+                          x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :], dy)
+                for j in range(kw)])
+      for i in range(kh)])
 
 
 def num_groups(channels: int, max_groups: int = MAX_GROUPS, min_group_size: int = 1) -> int:
