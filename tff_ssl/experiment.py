@@ -186,7 +186,7 @@ class _ExperimentConfig:
 
   def check_fields_for_method(self, fields_set: set[str] | list[str]) -> None:
     """Raises ValueError if a field in `fields_set` is one `self.method` (with `self.ssl`) does not
-    read."""
+    read, or if a DP run states no noise (`privacy.check_noise_stated`)."""
     method = self.method_entry
     own = method.reads(self)
     stray = sorted(f for f in fields_set if f in method_specific_fields() and f not in own)
@@ -206,6 +206,7 @@ class _ExperimentConfig:
       readers = [p for p, fields in PARTITIONS.items() if stray[0] in fields]
       raise ValueError(f"--{stray[0]} is not used by partition {self.partition!r}; remove it (it "
                        f"is read by partition {' and '.join(repr(p) for p in readers)})")
+    privacy_lib.check_noise_stated(self, fields_set)
 
   def build_encoder(self, image_shape, name: str | None = None) -> tf.keras.Model:
     """A freshly initialized encoder of this config for images of `image_shape` (H, W, C), as a

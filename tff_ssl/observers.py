@@ -276,8 +276,9 @@ class ProgressBar(Observer):
   def after_round(self, round_num, state, metrics, released):
     self.bar.update(1)
     postfix = {"loss": f"{metrics['loss']:.2f}"}
-    if "epsilon" in released:
-      postfix["eps"] = f"{released['epsilon']:.2f}"
+    if "epsilon" in released:  # Infinite only without noise: the clip-only diagnostic.
+      postfix["eps"] = (f"{released['epsilon']:.2f}" if np.isfinite(released["epsilon"]) else
+                        "inf (no noise: not private)")
     self.bar.set_postfix(**postfix)
 
   def close(self):

@@ -5,9 +5,11 @@ writes anything); three of them end to end through bin/train. The FedAvg process
 term that uploads reports (fedprox) when it is built, before the run folder exists.
 """
 
+import dataclasses
+
 import pytest
 
-from tff_ssl import cli
+from tff_ssl import cli, privacy
 from tff_ssl.experiment import ExperimentConfig
 from tests.bin.binaries import train_in_process
 
@@ -55,7 +57,8 @@ def test_refused_with_its_reason(what, fields, reason):
 @pytest.mark.parametrize("flags", [
     ["--method=fedavg", "--ssl=simclr", "--samples_per_client=4", "--aggregator=ldawa",
      "--dp=gaussian_fixed", "--dp_noise_multiplier=1"],
-    ["--method=fedprox", "--ssl=simclr", "--samples_per_client=4", "--dp=gaussian_fixed"],
+    ["--method=fedprox", "--ssl=simclr", "--samples_per_client=4", "--dp=gaussian_fixed",
+     "--dp_noise_multiplier=1"],
     ["--secure_aggregation"],
     ["--method=fedprox", "--ssl=simclr", "--samples_per_client=4", "--simulation=reference",
      "--secure_aggregation"],
@@ -66,4 +69,27 @@ def test_bin_train_refuses_in_one_line_and_writes_nothing(tmp_path, flags):
   assert ended.returncode == cli.EXIT_ERROR, ended.stderr[-2000:]
   assert ended.stderr.strip().count("\n") == 0 and "Traceback" not in ended.stderr
   assert "refuses" in ended.stderr or "partial sum" in ended.stderr
+  assert not out.exists()
+
+
+def test_a_dp_run_without_noise_is_refused_unless_the_zero_is_explicit():
+  """--dp with neither --dp_target_epsilon nor --dp_noise_multiplier would run with no noise and
+  write epsilon = inf: refused. An explicit --dp_noise_multiplier=0 is the clip-only diagnostic,
+  which runs and says so."""
+  config = ExperimentConfig(method="dcco", dataset="synthetic", dp="gaussian_fixed")
+  with pytest.raises(ValueError, match=r"would not be private \(epsilon = inf\)") as e:
+    config.check_fields_for_method({"dp", "dp_target_epsilon", "dp_clip"})
+  assert "\n" not in str(e.value)
+  config.check_fields_for_method({"dp", "dp_noise_multiplier"})  # Explicit: allowed.
+  assert "not private" in privacy.notice(config)
+  assert privacy.notice(dataclasses.replace(config, dp_noise_multiplier=1.0)) is None
+  assert privacy.notice(ExperimentConfig(method="dcco", dataset="synthetic")) is None
+
+
+def test_bin_train_refuses_dp_without_noise_and_writes_nothing(tmp_path):
+  out = tmp_path / "run"
+  ended = train_in_process("--task=synthetic_dcco_smoke", "--dp=gaussian_fixed",
+                           "--dp_target_epsilon=0", "--dp_clip=1", f"--output_dir={out}")
+  assert ended.returncode == cli.EXIT_ERROR, ended.stderr[-2000:]
+  assert ended.stderr.strip().count("\n") == 0 and "not be private" in ended.stderr
   assert not out.exists()

@@ -208,6 +208,27 @@ def from_config(config, releases: int = 1, statistics_clip: float = 1.0) -> Priv
       rounds=config.rounds, releases=releases, seed=config.seed)
 
 
+def check_noise_stated(config, fields_set) -> None:
+  """A DP run states its noise: --dp_target_epsilon > 0, --dp_noise_multiplier > 0, or an explicit
+  --dp_noise_multiplier=0 (`fields_set`: the fields given on the command line), the clip-only
+  diagnostic. Otherwise a run asked for DP and would get none (epsilon = inf)."""
+  if (getattr(config, "dp", "off") == "off" or config.dp_target_epsilon or
+      config.dp_noise_multiplier or "dp_noise_multiplier" in fields_set):
+    return
+  raise ValueError(f"--dp={config.dp} without --dp_target_epsilon or --dp_noise_multiplier adds no "
+                   f"noise, so the run would not be private (epsilon = inf): set "
+                   f"--dp_target_epsilon > 0 or --dp_noise_multiplier > 0 (an explicit "
+                   f"--dp_noise_multiplier=0 runs the clip-only diagnostic)")
+
+
+def notice(config) -> str | None:
+  """The line a DP run without noise prints as it starts (None for any other run)."""
+  if getattr(config, "dp", "off") == "off" or config.dp_target_epsilon or config.dp_noise_multiplier:
+    return None
+  return (f"--dp={config.dp} at --dp_noise_multiplier=0: clipping without noise, a diagnostic; "
+          f"the run is not private (epsilon = inf)")
+
+
 def check_simulation(privacy: PrivacyConfig, simulation: str) -> None:
   """Secure aggregation and compression act on what each real client sends, which only the
   reference simulation has: a grouped slot would quantize its clients' partial sum (one rounding
