@@ -271,7 +271,7 @@ def batched_clipping(cfg: DCCOConfig) -> bool:
 
 # Per-image gradients held at once by `clipped_records`: a pass takes CLIP_FLOATS // P images (P the
 # model's parameters; at least one whole client). 2**27 floats (512 MB): 183 images of the demo
-# model; 1,024 one-image clients cost 1.99-2.15x the non-private round at 256-64 images a pass.
+# model (bin/benchmark --scenarios=dp_dcco_1024x1: 1.56-1.60x the non-private round).
 CLIP_FLOATS = 2 ** 27
 
 
@@ -284,9 +284,10 @@ def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learn
 
   With one plain gradient step, Delta_k = eta grad l_k, and l_k is linear in client k's statistics
   <>_k = (1/N_k) sum_n s_n (`StatisticsTerm.value`), so N_k Delta_k = eta sum_{n in k} grad l(s_n):
-  per-image gradients, taken `chunk` images at a time (whole clients: a larger client alone) in one
-  `tf.vectorized_map` (one image per iteration: the encoder treats images apart; convolutions take
-  `layers.sliced_filter_gradients`), summed by client, clipped (`clip_factors`) and added up.
+  per-image gradients of the linearized loss (`linearized`: G = dL/d<> taken once at the aggregate,
+  `statistics_gradient`), taken `chunk` images at a time (whole clients: a larger client alone) in
+  one `tf.vectorized_map` (one image per iteration: the encoder treats images apart; convolutions
+  take `layers.sliced_filter_gradients`), summed by client, clipped (`clip_factors`) and added up.
   `chunk`: images a pass (None: `CLIP_FLOATS` // P)."""
   if chunk is None:
     chunk = max(1, CLIP_FLOATS // sum(int(np.prod(s.shape)) for s in model.weight_specs))
@@ -295,22 +296,24 @@ def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learn
   segments, count = client_segments(data)
   bounds = tf.math.segment_max(tf.range(1, tf.size(segments) + 1), segments)  # Each client's end.
 
+  gradient, value = statistics_gradient(term, aggregate)
+
   def one_image(views):
     with tf.GradientTape() as tape, layers.sliced_filter_gradients():
       tape.watch(weights)
       f, g = common.encode_views(model, weights, views[0][None], views[1][None])
-      value = term.value(entry.statistics(f, g), aggregate)
-    return tape.gradient(value, weights), value
+      linear = linearized(entry, gradient, f, g)
+    return tape.gradient(linear, weights), linear
 
   @tf.function(autograph=False)  # The loop is explicit; no per-iteration intermediates kept.
   def loop(v1, v2, segments, bounds, zero):
     eta = tf.cast(learning_rate, zero.dtype)
 
-    def body(start, total, norms, loss):
+    def body(start, total, norms):
       fits = tf.boolean_mask(bounds, bounds <= start + chunk)
       end = tf.maximum(tf.reduce_max(tf.concat([fits, [0]], 0)),
                        tf.reduce_min(tf.boolean_mask(bounds, bounds > start)))
-      grads, values = tf.vectorized_map(one_image, (v1[start:end], v2[start:end]))
+      grads, _ = tf.vectorized_map(one_image, (v1[start:end], v2[start:end]))
       clients = segments[start:end] - segments[start]
       count = clients[-1] + 1
       # Per client: the sum of its images' gradients (each image its own client: as they are).
@@ -322,15 +325,41 @@ def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learn
       total = [t + tf.tensordot(factor, g, [[0], [0]]) for t, g in zip(total, grads)]
       norms = tf.tensor_scatter_nd_update(
           norms, (tf.range(count) + segments[start])[:, None], chunk_norms)
-      return end, total, norms, values[0]
+      return end, total, norms
 
-    _, total, norms, loss = tf.while_loop(
+    _, total, norms = tf.while_loop(
         lambda start, *_: start < tf.size(segments), body,
         (tf.constant(0), [tf.zeros(s.shape, zero.dtype) for s in model.weight_specs],
-         tf.zeros([count], zero.dtype), zero))
-    return common.flatten(total), norms, loss
+         tf.zeros([count], zero.dtype)))
+    return common.flatten(total), norms
 
-  return loop(v1, v2, segments, bounds, tf.zeros([], weights[0].dtype))
+  total, norms = loop(v1, v2, segments, bounds, tf.zeros([], weights[0].dtype))
+  return total, norms, value
+
+
+def statistics_gradient(term: StatisticsTerm, aggregate):
+  """(G, the loss): G = the loss's gradient with respect to the statistics at the aggregate, by
+  which every client's loss multiplies its own statistics (`StatisticsTerm.value`)."""
+  entry = losses.get_statistics(term.ssl)
+  stats = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
+  with tf.GradientTape() as tape:
+    tape.watch(list(stats.values()))
+    value = term.value(stats, aggregate)
+  return collections.OrderedDict(zip(stats, tape.gradient(value, list(stats.values())))), value
+
+
+def linearized(entry, gradient, f, g) -> tf.Tensor:
+  """sum over the statistics of <G_s, s(f, g)> for one image's encodings `f`, `g` ([1, d]): its
+  loss's linear part, whose gradient is the client's. An outer-product statistic a b^T enters as
+  a^T G b, never formed (d x d per image)."""
+  total = []
+  for t in entry.terms:
+    a = t.of(f, g)[0]
+    if t.outer is None:
+      total.append(tf.reduce_sum(gradient[t.name] * a))
+    else:
+      total.append(tf.reduce_sum(a * tf.linalg.matvec(gradient[t.name], t.outer(f, g)[0])))
+  return tf.add_n(total)
 
 
 def clip_factors(norms, clip):
