@@ -74,7 +74,8 @@ DCCO_MEAN_ANCHOR = Field(
     "dcco_mean_anchor", 0.0, "DCCO: weight of a penalty on the union's mean encodings, "
     "weight x (mean_d <f>_d^2 + mean_d <g>_d^2), added to a loss with mean statistics (CCO, VICReg). "
     "Those losses leave the means free, and with --dcco_statistics=previous a drifting mean "
-    "mis-centres every one-round-old covariance; the penalty holds the means near 0.", lower=0,
+    "mis-centres every one-round-old covariance; the penalty pulls the means toward 0 (measured "
+    "not to make one-computation DCCO train: docs/dcco_statistics_mini.md).", lower=0,
     note="0: the loss alone")
 
 DCCO_VARIANCE_ANCHOR = Field(
@@ -82,7 +83,8 @@ DCCO_VARIANCE_ANCHOR = Field(
     "variances, weight x (mean_d (var f_d - 1)^2 + mean_d (var g_d - 1)^2), added to a loss with "
     "mean and second-moment statistics (CCO, VICReg). CCO ignores each feature's scale; with "
     "--dcco_statistics=previous a feature whose spread shrank since the last round is divided by "
-    "its older, larger spread, and spreads collapse; the penalty holds them near 1.", lower=0,
+    "its older, larger spread, and spreads collapse; the penalty pulls them toward 1 (measured "
+    "not to make one-computation DCCO train: docs/dcco_statistics_mini.md).", lower=0,
     note="0: the loss alone")
 
 DCCO_REFRESH_EVERY = Field(
