@@ -39,7 +39,7 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl import observers, runner
 from tff_ssl.config_fields import Field
 from tff_ssl import privacy as privacy_lib
-from tff_ssl.federated import grouping, ssl_model
+from tff_ssl.federated import grouping, sampling, ssl_model
 from tff_ssl.federated import local_steps
 from tff_ssl.federated import server_step
 from tff_ssl.training import PretrainConfig, centralized, pretrain
@@ -92,13 +92,16 @@ SHARED_FIELDS = (
     Field("partition", "dirichlet", "dirichlet: num_clients x samples_per_client, labels ~ "
           "Dir(alpha); dirichlet_split: every class split over the clients by Dir(alpha) (unequal "
           "sizes, the L-DAWA paper's); classes: num_clients x samples_per_client, "
-          "classes_per_client classes each (FedEMA's).", choices=lambda: data_lib.PARTITIONS),
+          "classes_per_client classes each (FedEMA's); per_image: every training image one client "
+          "(num_clients = the split's size).", choices=lambda: data_lib.PARTITIONS),
     data_lib.partition.SAMPLES_PER_CLIENT,
     Field("split_samples", 0, "dirichlet_split: split this many random training images (0: all).",
           lower=0, note="0: the whole split"),
     data_lib.partition.ALPHA,
     Field("classes_per_client", 2, "classes partition: classes each client holds.", lower=1),
-    Field("clients_per_round", 64, "Clients sampled per round.", lower=1),
+    Field("clients_per_round", 64, "Clients sampled per round (--client_sampling=poisson: on "
+          "average).", lower=1),
+    sampling.CLIENT_SAMPLING,
     local_steps.LOCAL_STEPS, local_steps.CLIENT_OPTIMIZER, local_steps.CLIENT_LEARNING_RATE,
     server_step.SERVER_OPTIMIZER, server_step.SERVER_LEARNING_RATE, server_step.SERVER_LR_SCHEDULE,
     Field("eval_every", 0, "Rounds (steps, centralized) between linear probes (0: only at the "
@@ -165,6 +168,8 @@ class _ExperimentConfig:
       raise ValueError(f"predictor sizes must end at the projector's output "
                        f"{self.projector[-1]}; got {list(self.predictor)}")
     data_lib.PARTITIONS[self.partition].check(self)
+    if self.method_entry.kind == "federated":
+      sampling.check(self.client_sampling, self.num_clients, self.clients_per_round, self.rounds)
     if self.head_norm == "batch":
       refusal = self.method_entry.no_batch_heads
       if refusal:

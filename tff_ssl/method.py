@@ -23,7 +23,7 @@ FEDERATED_FIELDS = ("rounds", "num_clients", "partition", "samples_per_client", 
                     "alpha", "clients_per_round", "local_steps", "client_optimizer",
                     "client_learning_rate", "server_optimizer", "server_learning_rate",
                     "server_lr_schedule", "checkpoint_every", "simulation", "group_size",
-                    "knn_every", "measure_weight_norms")
+                    "knn_every", "measure_weight_norms", "client_sampling")
 # Fields of the supervised baseline and of centralized pretraining.
 SUPERVISED_FIELDS = ("steps", "batch_size", "optimizer", "learning_rate")
 CENTRALIZED_FIELDS = SUPERVISED_FIELDS + ("weight_decay", "warmup_fraction")

@@ -123,32 +123,60 @@ class WeightNorms(Observer):
 
 class PrivacyLedger(Observer):
   """A DP run's accounting: each round's releases (the events its process reports, as TFF's DP
-  factory records them) composed under the run's client sampling (fixed-size, without replacement:
-  `tff.simulation.build_uniform_sampling_fn`), epsilon at delta = 1 / population after every round
-  (`privacy.accounting`), released as `epsilon`. A resumed run's earlier rounds ran the same
-  mechanism: they enter the ledger with the first round it runs."""
+  factory records them) composed under the run's client sampling (`--client_sampling`: fixed-size
+  without replacement, or Poisson), epsilon at delta = 1 / population after every round
+  (`privacy.accounting`), released as `epsilon`. With a simulated noise cohort K'
+  (`--dp_noise_cohort`) `epsilon` is the K'-client run's (its noise multiplier, q = K' / N:
+  the label says so) and `epsilon_actual` this run's own (the scaled noise, q = K / N). A resumed
+  run's earlier rounds ran the same mechanism: they enter the ledger with the first round it runs."""
 
   def __init__(self, config):
     self.config = config
     self.privacy = privacy_lib.from_config(config)
-    self.ledger = accounting.Ledger(self.privacy.delta, "fixed")
+    self.ledger = accounting.Ledger(self.privacy.delta, self.privacy.sampling)
+    self.actual = (accounting.Ledger(self.privacy.delta, self.privacy.sampling)
+                   if self.privacy.noise_cohort else None)
     self.noise_multipliers: list[float] = []
 
   def after_round(self, round_num, state, metrics, released):
     released["epsilon"] = np.float32(self.add(round_num, metrics.pop("dp_events")))
+    released.update(constant_columns(self.config))
+    if self.actual is not None:  # This run's own epsilon, beside the simulated cohort's.
+      metrics["aggregation"] = collections.OrderedDict(
+          list((metrics.get("aggregation") or {}).items()) +
+          [("epsilon_actual", np.float32(self.actual.epsilon()))])
 
   def add(self, round_num: int, events) -> float:
-    """Epsilon after round `round_num`, whose releases were `events`."""
-    event = accounting.sampled_round(events, self.config.num_clients,
-                                     self.config.clients_per_round, "fixed")
-    self.ledger.add(event, count=round_num + 1 - sum(self.ledger.rounds.values()))
+    """Epsilon after round `round_num`, whose releases were `events` (as accounted: module doc)."""
+    p = self.privacy
+    count = round_num + 1 - sum(self.ledger.rounds.values())
+    if self.actual is not None:
+      self.actual.add(accounting.sampled_round(events, p.population, p.clients_per_round,
+                                               p.sampling), count=count)
+      events = [accounting.scaled(e, 1.0 / p.noise_scale) for e in events]
+    self.ledger.add(accounting.sampled_round(events, p.population, p.accounted_cohort, p.sampling),
+                    count=count)
     self.noise_multipliers = [float(getattr(e, "noise_multiplier", np.nan)) for e in events]
     return self.ledger.epsilon()
 
   def summary(self) -> dict:
-    return {"dp": self.config.dp, "epsilon": self.ledger.epsilon(), "delta": self.privacy.delta,
-            "dp_noise_multiplier": self.noise_multipliers[0] if self.noise_multipliers else None,
-            "dp_rounds": sum(self.ledger.rounds.values())}
+    out = {"dp": self.config.dp, "epsilon": self.ledger.epsilon(), "delta": self.privacy.delta,
+           "dp_noise_multiplier": self.noise_multipliers[0] if self.noise_multipliers else None,
+           "dp_rounds": sum(self.ledger.rounds.values()),
+           "client_sampling": self.privacy.sampling}
+    if self.actual is not None:
+      out.update(dp_noise_cohort=self.privacy.noise_cohort, dp_label=self.privacy.label,
+                 epsilon_actual=self.actual.epsilon(),
+                 dp_noise_multiplier_actual=(self.noise_multipliers[0] * self.privacy.noise_scale
+                                             if self.noise_multipliers else None))
+    return out
+
+
+def constant_columns(config) -> dict:
+  """Columns of every metrics.csv row that mark how the run's numbers are to be read: a simulated
+  noise cohort's K' (`dp_noise_cohort`: "noise simulated for a cohort of K'")."""
+  cohort = getattr(config, "dp_noise_cohort", 0) if getattr(config, "dp", "off") != "off" else 0
+  return {"dp_noise_cohort": np.float32(cohort)} if cohort else {}
 
 
 def privacy_ledger(config) -> PrivacyLedger | None:

@@ -29,7 +29,7 @@ from tff_ssl import evaluation, rundir, runtime
 from tff_ssl import observers as observers_lib
 from tff_ssl import data as data_lib
 from tff_ssl.data.client_data import PartitionedClientData
-from tff_ssl.federated import client_state, common, ssl_model
+from tff_ssl.federated import client_state, common, sampling, ssl_model
 from tff_ssl.federated import process as process_lib
 from tff_ssl.federated.server_step import ServerState
 from tff_ssl.federated.functional import FunctionalModel
@@ -123,11 +123,11 @@ def _setup(config, train: data_lib.ImageSet, clients_rows):
   of a run; initialization and client sampling from `config.seed`."""
   clients = PartitionedClientData(train, clients_rows)
   builder, model, process = _build(config, train)
-  sample = tff.simulation.build_uniform_sampling_fn(
-      list(range(clients.num_clients)), replace=False, random_seed=config.seed)
+  sample = sampling.round_sampler(config.client_sampling, clients.num_clients,
+                                  config.clients_per_round, config.seed)
 
   def round_clients(r: int) -> tuple[list[int], list[dict]]:
-    ids = [int(c) for c in sample(r, config.clients_per_round)]
+    ids = sample(r)
     return ids, [common.client_inputs(train.images[clients.partition[c]], clients.partition[c])
                  for c in ids]
   return builder, model, process, round_clients
@@ -198,7 +198,8 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   rundir.write_atomic(os.path.join(output_dir, "hparams.json"), rundir.hparams_json(config))
   state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
                                                       keep_total=2)
-  state, history, store = _restore(process, state_manager, output_dir)
+  state, history, store = _restore(process, state_manager, output_dir,
+                                   observers_lib.constant_columns(config))
   ledger = observers_lib.privacy_ledger(config)
   watch = ([observers_lib.FiniteLoss(method.hint(config), output_dir, state_manager)] +
            ([observers_lib.WeightNorms(model)] if config.measure_weight_norms else []) +
@@ -233,7 +234,7 @@ def _open_run_folder(config, output_dir: str) -> None:
     _check_resumable(hparams_path, config, output_dir)
 
 
-def _restore(process, state_manager, output_dir: str):
+def _restore(process, state_manager, output_dir: str, constants=None):
   """(The server state to start from, the released metrics so far, the client-state store): the
   newest readable checkpoint's, else the initial ones. The CSVs are cut back to what the checkpoint
   covers (no partial row, no round it does not hold), and the store forgets what later rounds
@@ -243,7 +244,7 @@ def _restore(process, state_manager, output_dir: str):
   history = []  # The rounds' released metrics (`RELEASED`), checkpointed with the state.
   if loaded is not None:
     state, history = ServerState.from_program_state(loaded), list(loaded["metrics"])
-  restore_metrics(os.path.join(output_dir, "metrics.csv"), history)
+  restore_metrics(os.path.join(output_dir, "metrics.csv"), history, constants)
   for name in ("resources.csv", "aggregation.csv"):
     truncate_csv(os.path.join(output_dir, name), state.round_num)
   store = (client_state.DiskClientStateStore(os.path.join(output_dir, "client_states"))
@@ -281,10 +282,11 @@ PrivacyLedger, privacy_ledger = observers_lib.PrivacyLedger, observers_lib.priva
 RELEASED, program_state = observers_lib.RELEASED, observers_lib.program_state
 
 
-def restore_metrics(path: str, history) -> None:
+def restore_metrics(path: str, history, constants=None) -> None:
   """Writes `path` (metrics.csv) anew with the rounds of `history` (`program_state`'s metrics), as
-  the run released them: a row cut short by a kill, or rows of rounds after the checkpoint, go;
-  rows lost since the checkpoint come back."""
+  the run released them, each with the run's `constants` (`observers.constant_columns`): a row cut
+  short by a kill, or rows of rounds after the checkpoint, go; rows lost since the checkpoint come
+  back."""
   if os.path.exists(path):
     os.remove(path)
   if not len(history):
@@ -292,6 +294,7 @@ def restore_metrics(path: str, history) -> None:
   release = CSVReleaseManager(path, key_fieldname="round")
   for r, row in enumerate(history):
     values = {k: np.float32(v) for k, v in zip(RELEASED, row) if np.isfinite(v)}
+    values.update(constants or {})
     asyncio.run(release.release(values, key=r))
 
 
@@ -322,6 +325,10 @@ def check_workers(config, workers: list[str]) -> None:
   group_size) slots (group_size 0: one)."""
   if len(workers) < 2:
     return
+  if config.client_sampling != "fixed":
+    raise ValueError(f"--client_sampling={config.client_sampling} gives rounds of varying size, and "
+                     f"--workers splits a round's slots over {len(workers)} workers for a fixed "
+                     f"size: use --client_sampling=fixed, or run without --workers")
   per_round = config.clients_per_round
   slots = per_round if config.simulation == "reference" else (
       -(-per_round // config.group_size) if config.group_size else 1)

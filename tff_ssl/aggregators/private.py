@@ -122,10 +122,13 @@ class PrivateFactory(StrategyFactory):
     def increment(r):
       return r + 1
 
-    @tff.tensorflow.computation(np.float32, np.float32, np.float32, np.float32)
-    def finish(clients, clip, norm, clipped):
+    @tff.tensorflow.computation(np.float32, np.float32, np.float32, np.float32, np.float32,
+                                np.float32)
+    def finish(clients, clip, norm, clipped, signal, noise):
+      # The release's noise-to-signal: the noise's norm over the clipped sum's (`release_of`).
       return collections.OrderedDict(clients=clients, max_weight=1.0 / clients, dp_clip=clip,
-                                     update_norm=norm / clients, clipped_fraction=clipped / clients)
+                                     update_norm=norm / clients, clipped_fraction=clipped / clients,
+                                     noise_to_signal=tf.math.divide_no_nan(noise, signal))
 
     @tff.federated_computation(init_fn.type_signature.result,
                                tff.FederatedType(contribution_type, tff.CLIENTS))
@@ -136,6 +139,7 @@ class PrivateFactory(StrategyFactory):
           round=tff.federated_map(increment, state.round), release=release_state))
       return tff.templates.MeasuredProcessOutput(
           state=new_state, result=result, measurements=tff.federated_map(finish, (
-              measured.clients, measured.clip, measured.norm, measured.clipped)))
+              measured.clients, measured.clip, measured.norm, measured.clipped,
+              measured.signal_norm, measured.noise_norm)))
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

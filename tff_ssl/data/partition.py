@@ -11,6 +11,8 @@ Fixed-size: an int64 array `[num_clients, samples_per_client]`.
                              each client holds k distinct classes in near-equal shares (FedEMA's
                              "2 of 10 / 20 of 100 classes" setting).
   iid_partition              uniformly random clients (works on unlabeled splits).
+  per_image_partition        every image of the split one client (one-image users, the DP scaling
+                             table's population).
 
 Ragged: a list of `num_clients` 1-D int64 arrays of unequal lengths.
 
@@ -207,6 +209,22 @@ def iid_partition(num_examples: int, *, num_clients: int, samples_per_client: in
   return idx.reshape(num_clients, samples_per_client).astype(np.int64)
 
 
+def per_image_partition(num_examples: int, *, num_clients: int, seed: int) -> np.ndarray:
+  """Every image of the split is one client (a user of one image, where user-level DP is
+  example-level DP): [num_examples, 1], the images in a seeded random order. `num_clients` must be
+  the split's size, so that the population a DP run accounts with is the one it trains on."""
+  if num_clients != num_examples:
+    raise ValueError(f"partition per_image makes one client of each of the split's {num_examples} "
+                     f"images; got num_clients={num_clients}: set --num_clients={num_examples}")
+  return np.random.default_rng(seed).permutation(num_examples).astype(np.int64)[:, None]
+
+
+def _check_per_image(config) -> None:
+  if config.samples_per_client != 1:
+    raise ValueError(f"partition per_image gives every client one image; got "
+                     f"samples_per_client={config.samples_per_client}: set --samples_per_client=1")
+
+
 # Re-draws allowed before dirichlet_label_split gives up on `min_samples_per_client`.
 _MAX_SPLIT_ATTEMPTS = 1000
 
@@ -357,6 +375,12 @@ PARTITIONS: dict[str, Partition] = {p.name: p for p in (
             classes_per_client=c.classes_per_client, seed=c.seed),
         "num_clients x samples_per_client, each client holding classes_per_client classes in equal "
         "shares: FedEMA's"),
+    Partition(
+        "per_image", ("samples_per_client",), True,
+        lambda c, labels, need: per_image_partition(len(labels), num_clients=c.num_clients,
+                                                    seed=c.seed),
+        "every training image its own client (num_clients = the split's size, samples_per_client "
+        "= 1): 60,000 one-image users of Fashion-MNIST, for user-level DP", check=_check_per_image),
 )}
 
 

@@ -143,10 +143,6 @@ class DCCOConfig:
                        "update in one computation; DP, secure sums and compression are built for "
                        "the two-phase round: use --dcco_statistics=current")
     if self.privacy.enabled:
-      if self.privacy.adaptive:
-        raise ValueError("DP-DCCO clips its two releases at fixed norms (--dp_statistics_clip, "
-                         "--dp_clip); gaussian_adaptive is built for one release a round: use "
-                         "--dp=gaussian_fixed")
       if not self.denominator > 0:
         raise ValueError(f"DP-DCCO divides its noised sums by a public count of images per round; "
                          f"got denominator {self.denominator}")
@@ -197,6 +193,10 @@ def _field(struct, name):
   return struct[name] if isinstance(struct, dict) else getattr(struct, name)
 
 
+def _has(struct, name) -> bool:
+  return name in struct if isinstance(struct, dict) else hasattr(struct, name)
+
+
 class StatisticsTerm(client_work.ClientTerm):
   """DCCO's client loss (eq. 3) as the client's one term: the statistics loss of
   <>_C = <>_k + stop_gradient(<>_A - <>_k) over the round's aggregate <>_A and its count N.
@@ -204,7 +204,8 @@ class StatisticsTerm(client_work.ClientTerm):
   What it carries (`carried["dcco"]`, given by the round): {"aggregate": {"statistics": <>_A,
   "count": N}, "local": None}; after the first step "local" holds that step's <>_k (the statistics a
   client releases with `--dcco_statistics=previous`). `eps`: the loss's variance floor (None: the
-  loss's own; DP-DCCO adds the noise's scale, `DCCOProcess.variance_eps`)."""
+  loss's own); DP-DCCO's aggregate carries its own ("eps": the loss's plus the noise's scale at the
+  round's statistics clip, `DCCOProcess.variance_eps`), which then takes its place."""
 
   key = "dcco"
 
@@ -227,7 +228,8 @@ class StatisticsTerm(client_work.ClientTerm):
     entry = losses.get_statistics(self.ssl)
     statistics = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
     both = combined(local, statistics)
-    value = entry.loss(both, _field(aggregate, "count"), self.hparams, self.eps)
+    eps = _field(aggregate, "eps") if _has(aggregate, "eps") else self.eps
+    value = entry.loss(both, _field(aggregate, "count"), self.hparams, eps)
     if self.anchor:
       value += mean_anchor(both, self.anchor)
     if self.variance_anchor:
@@ -569,17 +571,26 @@ class DCCOProcess(server_step.ServerLoop):
     `private_round`, its aggregators' state (`ServerState.aggregator_state`) and `variance_eps`."""
     cfg, privacy, sigma = self.config, self.config.privacy, self.config.privacy.sigma
     stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type]
+    # A client's values are sums over its N_k images; gaussian_adaptive's votes count clients.
+    records = float(privacy.clients_per_round)
     stats_phase = PrivateRelease(privacy, sigma, cfg.denominator, stat_specs, release=0,
-                                 statistics=True).create()
+                                 statistics=True, records=records).create()
     update_phase = PrivateRelease(privacy, sigma, cfg.denominator,
-                                  [common.flat_spec(self.model.weight_specs)], release=1).create()
+                                  [common.flat_spec(self.model.weight_specs)], release=1,
+                                  records=records).create()
     self.noise_multiplier = sigma
     # The noised <F^2> and <F>^2 are each off by about sigma C_s / D: a variance below that is
     # noise, and dividing by its square root amplifies the noise without bound (seen: losses of
-    # 1e14 at sigma 1). Post-processing (free under DP): the noise's scale joins eps.
+    # 1e14 at sigma 1). Post-processing (free under DP): the noise's scale joins eps, at the clip
+    # the round's statistics were released with (gaussian_adaptive's moves; `variance_eps`).
     self.variance_eps = cfg.loss.eps
-    if not privacy.statistics_unclipped:
-      self.variance_eps += sigma * privacy.clip_value(statistics=True) / cfg.denominator
+    self.eps_per_clip = (0.0 if privacy.statistics_unclipped else
+                         sigma * privacy.noise_scale / cfg.denominator)
+    self.variance_eps += self.eps_per_clip * privacy.clip_value(statistics=True)
+    self.dp_aggregate_type = tff.StructWithPythonType(
+        [("statistics", self.stats_type), ("count", tff.TensorType(self.dtype.as_numpy_dtype)),
+         ("eps", tff.TensorType(self.dtype.as_numpy_dtype))],
+        collections.OrderedDict)
     self.client_statistics_sum = self._client_statistics_sum(stats_phase)
     self.client_update_sum = self._client_update_sum(update_phase)
     init_fn = _initial_states(stats_phase, update_phase)
@@ -609,7 +620,7 @@ class DCCOProcess(server_step.ServerLoop):
     client = client_config(self.config, self.variance_eps)
     batched = batched_clipping(self.config)
 
-    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.aggregate_type,
+    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.dp_aggregate_type,
                                 self.data_type, phase.params_type)
     def client_update_sum(weights, seed, aggregate, data, params):
       weights = common.unflatten_tensors(weights, specs)
@@ -642,13 +653,18 @@ class DCCOProcess(server_step.ServerLoop):
     cfg, entry, dtype = self.config, self.config.loss, self.dtype
     client_statistics_sum, client_update_sum = self.client_statistics_sum, self.client_update_sum
 
+    eps_per_clip, loss_eps = self.eps_per_clip, cfg.loss.eps
+
     @tff.tensorflow.computation(tff.StructType([("value", stat_specs_type(
-        [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type]))]))
+        [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type])),
+                                                ("clip", np.float32)]))
     def as_aggregate(value):
-      # The noised sum over the public denominator, which is also the count.
+      # The noised sum over the public denominator, which is also the count; the variance floor
+      # at the clip the statistics were released with.
       return collections.OrderedDict(
           statistics=collections.OrderedDict(zip(entry.names, value.value)),
-          count=tf.constant(cfg.denominator, dtype))
+          count=tf.constant(cfg.denominator, dtype),
+          eps=tf.cast(loss_eps + eps_per_clip * tf.cast(value.clip, tf.float64), dtype))
 
     @tff.federated_computation(*self._round_types(), init_fn.type_signature.result)
     def private_round(weights, seed, data, state):
@@ -658,8 +674,9 @@ class DCCOProcess(server_step.ServerLoop):
       out = tff.federated_map(client_statistics_sum,
                               (weights_at_clients, seed_at_clients, data, params))
       total, stats_state, stats_measured = stats_phase.release_of(state.statistics, out)
+      stats_clip = stats_phase.clip(state.statistics)  # This round's (an adaptive one moves).
       aggregate_at_clients = tff.federated_broadcast(tff.federated_map(as_aggregate, tff.federated_zip(
-          collections.OrderedDict(value=total))))
+          collections.OrderedDict(value=total, clip=stats_clip))))
       params = tff.federated_broadcast(update_phase.params(state.update))
       out = tff.federated_map(client_update_sum, (weights_at_clients, seed_at_clients,
                                                   aggregate_at_clients, data, params))
@@ -670,7 +687,11 @@ class DCCOProcess(server_step.ServerLoop):
               statistics=stats_state, update=update_state)),
           diagnostics=tff.federated_zip(collections.OrderedDict(
               statistics_norm=stats_measured.norm, statistics_clipped=stats_measured.clipped,
-              update_norm=update_measured.norm, update_clipped=update_measured.clipped)))
+              statistics_clip=stats_clip, statistics_signal=stats_measured.signal_norm,
+              statistics_noise=stats_measured.noise_norm,
+              update_norm=update_measured.norm, update_clipped=update_measured.clipped,
+              update_clip=update_phase.clip(state.update), update_signal=update_measured.signal_norm,
+              update_noise=update_measured.noise_norm)))
 
     return private_round
 
@@ -762,12 +783,24 @@ class DCCOProcess(server_step.ServerLoop):
       metrics["dp_events"] = [dp_event(out["aggregator_state"][k]) for k in ("statistics", "update")]
       # Per client (its N_k-times sums): the mean norm and the fraction the clip shortened.
       d, k = out["diagnostics"], float(len(clients))
+      # Each release's noise-to-signal: the noise's norm over the clipped sum's (`release_of`).
       metrics["aggregation"] = collections.OrderedDict(
           clients=np.float32(k), statistics_norm=np.float32(d["statistics_norm"] / k),
           statistics_clipped_fraction=np.float32(d["statistics_clipped"] / k),
+          statistics_clip=np.float32(d["statistics_clip"]),
+          statistics_noise_to_signal=noise_to_signal(d["statistics_noise"],
+                                                     d["statistics_signal"]),
           update_norm=np.float32(d["update_norm"] / k),
-          update_clipped_fraction=np.float32(d["update_clipped"] / k))
+          update_clipped_fraction=np.float32(d["update_clipped"] / k),
+          update_clip=np.float32(d["update_clip"]),
+          update_noise_to_signal=noise_to_signal(d["update_noise"], d["update_signal"]))
     return new_state, metrics
+
+
+def noise_to_signal(noise, signal) -> np.float32:
+  """A release's noise norm over its clean sum's norm (inf for a zero sum with noise)."""
+  noise, signal = float(noise), float(signal)
+  return np.float32(noise / signal if signal > 0 else (np.inf if noise > 0 else 0.0))
 
 
 def _mean_and_count(values, weights):

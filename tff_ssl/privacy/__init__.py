@@ -53,13 +53,20 @@ DP_CLIP = Field("dp_clip", 1.0, "DP: each client's L2 clip of its update (gaussi
 DP_TARGET_EPSILON = Field("dp_target_epsilon", 0.0, "DP: choose the noise multiplier so that the "
                           "planned run (rounds, clients per round, population) ends at this epsilon "
                           "at delta = 1 / population.", lower=0, note="0: use --dp_noise_multiplier")
+DP_NOISE_COHORT = Field(
+    "dp_noise_cohort", 0, "DP: add the noise of a cohort of this many clients a round "
+    "(pfl-research's noise_cohort_size): the noise multiplier is calibrated (and epsilon accounted) "
+    "for K' clients a round, q = K' / num_clients, and the noise on the sum scaled by "
+    "clients_per_round / K', so the averaged update carries the noise a K'-client round would. "
+    "The run is labelled 'noise simulated for a cohort of K''; its own epsilon is reported beside.",
+    lower=0, note="0: the run's own cohort")
 SECURE_AGGREGATION = Field("secure_aggregation", False, "Sum the round's releases with TFF's "
                            "quantized secure sum (federated_secure_sum_bitwidth); "
                            "--simulation=reference.")
 COMPRESSION = Field("compression", "none", "Quantize each client's update with TFF's encoded sum "
                     "(uniform quantization of tensors above 20,000 entries); "
                     "--simulation=reference.", choices=tuple(COMPRESSIONS))
-FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_TARGET_EPSILON,
+FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_TARGET_EPSILON, DP_NOISE_COHORT,
           SECURE_AGGREGATION, COMPRESSION)
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 
@@ -69,6 +76,8 @@ class PrivacyConfig:
   """A run's privacy settings (`FIELDS`). `clip` / `statistics_clip` 0 or inf: no clipping.
 
   population / clients_per_round / rounds: the planned run (accounting, the public denominator);
+  sampling: the runner's client sampling (`federated.sampling`: "fixed" or "poisson");
+  noise_cohort: K' > 0, the noise of a K'-client round (`DP_NOISE_COHORT`; 0: the run's own);
   releases: Gaussian releases per round (FedAvg-style 1, DCCO 2); seed: the noise's.
   """
 
@@ -82,11 +91,14 @@ class PrivacyConfig:
   population: int = 1
   clients_per_round: int = 1
   rounds: int = 1
+  sampling: str = "fixed"
+  noise_cohort: int = 0
   releases: int = 1
   seed: int = 0
 
   def __post_init__(self):
     DP.check(self.dp)
+    DP_NOISE_COHORT.check(self.noise_cohort)
     COMPRESSION.check(self.compression)
     for field, value in ((DP_NOISE_MULTIPLIER, self.noise_multiplier),
                          (DP_TARGET_EPSILON, self.target_epsilon)):
@@ -96,7 +108,8 @@ class PrivacyConfig:
         raise ValueError(f"--{name} must be >= 0 (0: no clipping); got {value}")
     if self.dp == "off":
       set_ = [f"--{n}" for n, v, d in (("dp_noise_multiplier", self.noise_multiplier, 0.0),
-                                       ("dp_target_epsilon", self.target_epsilon, 0.0))
+                                       ("dp_target_epsilon", self.target_epsilon, 0.0),
+                                       ("dp_noise_cohort", self.noise_cohort, 0))
               if v != d]
       if set_:
         raise ValueError(f"{set_[0]} is read only with --dp; set --dp=gaussian_fixed (or "
@@ -115,6 +128,17 @@ class PrivacyConfig:
     if not 1 <= self.clients_per_round <= self.population:
       raise ValueError(f"DP samples {self.clients_per_round} clients a round from a population of "
                        f"{self.population}; choose clients_per_round <= num_clients")
+    if self.noise_cohort:
+      if not self.clients_per_round <= self.noise_cohort <= self.population:
+        raise ValueError(f"--dp_noise_cohort={self.noise_cohort} must lie between the run's cohort "
+                         f"(clients_per_round={self.clients_per_round}) and the population "
+                         f"(num_clients={self.population}): a smaller cohort's noise would be "
+                         f"larger, a larger one cannot be sampled; choose "
+                         f"{self.clients_per_round} <= K' <= {self.population}")
+      if self.adaptive:
+        raise ValueError("--dp_noise_cohort scales a fixed clip's noise; gaussian_adaptive splits "
+                         "its noise with the clipped count of the real cohort: use "
+                         "--dp=gaussian_fixed or --dp_noise_cohort=0")
 
   @property
   def enabled(self) -> bool:
@@ -142,46 +166,68 @@ class PrivacyConfig:
     return accounting.default_delta(self.population)
 
   @property
+  def accounted_cohort(self) -> int:
+    """The clients a round the accounting samples: K' with a simulated noise cohort, else K."""
+    return self.noise_cohort or self.clients_per_round
+
+  @property
+  def noise_scale(self) -> float:
+    """The factor on every release's noise std (sigma * clip): K / K' with a simulated noise
+    cohort (the noise of the averaged release is then a K'-client round's), else 1."""
+    return self.clients_per_round / self.noise_cohort if self.noise_cohort else 1.0
+
+  @property
+  def label(self) -> str | None:
+    """How results of a simulated noise cohort are marked (None: the run's own noise)."""
+    return f"noise simulated for a cohort of {self.noise_cohort}" if self.noise_cohort else None
+
+  @property
   def sigma(self) -> float:
-    """The noise multiplier of every release: given, or calibrated to the target epsilon."""
+    """The noise multiplier of every release: given, or calibrated to the target epsilon (for the
+    accounted cohort and the run's sampling)."""
     if not self.enabled:
       return 0.0
     if self.target_epsilon:
       return accounting.calibrate(self.target_epsilon, self.releases, self.population,
-                                  self.clients_per_round, self.rounds, self.delta)
+                                  self.accounted_cohort, self.rounds, self.delta, self.sampling)
     return self.noise_multiplier
 
   def round_event(self, sigma: float | None = None):
-    """One round's DP event (`accounting.round_event`)."""
+    """One round's DP event as accounted (`accounting.round_event`; a simulated noise cohort:
+    K' clients sampled, noise multiplier sigma)."""
     sigma = self.sigma if sigma is None else sigma
     return accounting.round_event([sigma] * self.releases, self.population,
-                                  self.clients_per_round)
+                                  self.accounted_cohort, self.sampling)
 
   def clip_value(self, statistics: bool = False) -> float:
     unclipped = self.statistics_unclipped if statistics else self.unclipped
     return NO_CLIP if unclipped else float(self.statistics_clip if statistics else self.clip)
 
   def query(self, sigma: float, denominator: float, release: int = 0, *, statistics=False,
-            presummed: bool = False, value_specs=None) -> queries.SeededQuery:
+            presummed: bool = False, value_specs=None,
+            records: float | None = None) -> queries.SeededQuery:
     """The tfp query of release `release` (its noise seeded by (seed, release)): clipped sum, noise
-    sigma * clip, divided by `denominator`; TFF's gaussian_adaptive query where adaptive."""
+    sigma * clip (times `noise_scale`), divided by `denominator`; TFF's gaussian_adaptive query
+    where adaptive, its clipped count over `records` (the expected clients a round; None: the
+    denominator, which it is unless a client's value is a sum over its N_k images, as DCCO's)."""
+    records = float(denominator if records is None else records)
     clip = self.clip_value(statistics)
     if self.adaptive:
       # TFF's split of the total sigma between the values and the clipped count.
       try:
-        value_sigma, count_std = adaptive_clip_noise_params(float(sigma), float(denominator))
+        value_sigma, count_std = adaptive_clip_noise_params(float(sigma), records)
       except ValueError:
         raise ValueError(f"gaussian_adaptive at noise multiplier {sigma:.3g} needs more than "
                          f"{math.ceil(10 * sigma)} clients a round (its clipped count's noise is "
-                         f"0.05 x clients); got {denominator:g}: sample more, or use "
+                         f"0.05 x clients); got {records:g}: sample more, or use "
                          f"gaussian_fixed") from None
       inner = tfp.NormalizedQuery(tfp.QuantileAdaptiveClipSumQuery(
           initial_l2_norm_clip=clip, noise_multiplier=value_sigma, target_unclipped_quantile=0.5,
-          learning_rate=0.2, clipped_count_stddev=count_std, expected_num_records=denominator,
+          learning_rate=0.2, clipped_count_stddev=count_std, expected_num_records=records,
           geometric_update=True), denominator=denominator)
     else:
-      inner = tfp.NormalizedQuery(tfp.GaussianSumQuery(l2_norm_clip=clip, stddev=clip * sigma),
-                                  denominator=float(denominator))
+      inner = tfp.NormalizedQuery(tfp.GaussianSumQuery(
+          l2_norm_clip=clip, stddev=clip * sigma * self.noise_scale), denominator=float(denominator))
     return queries.SeededQuery(inner, [self.seed * 1000 + release, 0], presummed=presummed,
                                value_specs=value_specs)
 
@@ -205,7 +251,8 @@ def from_config(config, releases: int = 1, statistics_clip: float = 1.0) -> Priv
       statistics_clip=statistics_clip, target_epsilon=config.dp_target_epsilon,
       secure_aggregation=config.secure_aggregation, compression=config.compression,
       population=config.num_clients, clients_per_round=config.clients_per_round,
-      rounds=config.rounds, releases=releases, seed=config.seed)
+      rounds=config.rounds, sampling=getattr(config, "client_sampling", "fixed"),
+      noise_cohort=getattr(config, "dp_noise_cohort", 0), releases=releases, seed=config.seed)
 
 
 def check_noise_stated(config, fields_set) -> None:

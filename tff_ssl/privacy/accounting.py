@@ -45,16 +45,16 @@ def default_delta(population: int) -> float:
   return 1.0 / population
 
 
-def _scaled(event: dp_accounting.DpEvent, scale: float) -> dp_accounting.DpEvent:
+def scaled(event: dp_accounting.DpEvent, scale: float) -> dp_accounting.DpEvent:
   """`event` with every Gaussian noise multiplier times `scale` (a sensitivity of 1 / scale)."""
   if isinstance(event, dp_accounting.GaussianDpEvent):
     sigma = float(event.noise_multiplier)
     return (dp_accounting.GaussianDpEvent(scale * sigma) if sigma > 0
             else dp_accounting.NonPrivateDpEvent())
   if isinstance(event, dp_accounting.ComposedDpEvent):
-    return dp_accounting.ComposedDpEvent([_scaled(e, scale) for e in event.events])
+    return dp_accounting.ComposedDpEvent([scaled(e, scale) for e in event.events])
   if isinstance(event, dp_accounting.SelfComposedDpEvent):
-    return dp_accounting.SelfComposedDpEvent(_scaled(event.event, scale), event.count)
+    return dp_accounting.SelfComposedDpEvent(scaled(event.event, scale), event.count)
   return event
 
 
@@ -75,7 +75,7 @@ def sampled_round(events: Sequence[dp_accounting.DpEvent], population: int, samp
   if not 1 <= sample_size <= population:
     raise ValueError(f"a round samples 1 to {population} clients; got {sample_size}")
   _relation(sampling)
-  events = [_scaled(e, 0.5 if sampling == "fixed" else 1.0) for e in events]
+  events = [scaled(e, 0.5 if sampling == "fixed" else 1.0) for e in events]
   if any(_non_private(e) for e in events):  # A release without noise: no guarantee at all.
     return dp_accounting.NonPrivateDpEvent()
   inner = events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)

@@ -37,11 +37,11 @@ class PrivateRelease:
 
   def __init__(self, privacy: PrivacyConfig, sigma: float, denominator: float,
                value_specs: Sequence[tf.TensorSpec], release: int = 0, statistics: bool = False,
-               bound: float | None = None):
+               bound: float | None = None, records: float | None = None):
     self.privacy, self.sigma, self.denominator = privacy, float(sigma), float(denominator)
     self.value_specs = list(value_specs)
     self.query = privacy.query(sigma, denominator, release, statistics=statistics, presummed=True,
-                               value_specs=self.value_specs)
+                               value_specs=self.value_specs, records=records)
     self.clip = privacy.clip_value(statistics)
     # The secure sum's range: a record's entries lie within the clip; a slot's sum within `bound`.
     self.bound = float(bound if bound is not None else self.clip)
@@ -79,11 +79,24 @@ class PrivateRelease:
 
   def presummed(self, record, norms, params):
     """The contribution of records clipped and summed in one batched pass (DCCO's statistics,
-    `StatisticsLoss.clipped_sum`), given the clients' norms before the clip, as `fold` would give
-    it."""
+    `StatisticsLoss.clipped_sum`, and updates, `dcco.clipped_records`), given the clients' norms
+    before the clip, as `fold` would give it. gaussian_adaptive's record also holds the clients'
+    votes on the clip (tfp's quantile estimator reads only a record's norm: each vote is its
+    `preprocess_record` of the norm)."""
+    if self.privacy.adaptive:
+      numerator = self.query.inner._numerator  # pylint: disable=protected-access
+      estimator = numerator._quantile_estimator_query  # pylint: disable=protected-access
+      votes = tf.map_fn(
+          lambda n: estimator.preprocess_record(params.quantile_estimator_params, n),
+          tf.cast(norms, tf.float32), fn_output_signature=tf.float32)
+      record = numerator._SampleState(record, tf.reduce_sum(votes))  # pylint: disable=protected-access
     return collections.OrderedDict(
         record=record, clients=tf.cast(tf.size(norms), tf.float32), norm=tf.reduce_sum(norms),
         clipped=tf.reduce_sum(tf.cast(norms > self.clip_of(params), tf.float32)))
+
+  def value_of(self, record):
+    """The clipped values' part of a record (gaussian_adaptive's also holds the clip votes)."""
+    return record.sum_state if self.privacy.adaptive else record
 
   # -- TFF ---------------------------------------------------------------------------------------
   def types(self):
@@ -124,7 +137,20 @@ class ReleaseProcess:
     def clip_fn(params):
       return release.clip_of(params)
 
-    self._params_fn, self._clip_fn = params_fn, clip_fn
+    denominator = release.denominator
+    result_type = process.next.type_signature.result.result.member
+
+    @tff.tensorflow.computation(result_type, record_type)
+    def noise_fn(result, records):
+      # What the noise added: the noised release times its denominator, less the clean sum.
+      signal = tf.nest.flatten(release.value_of(records))
+      noised = tf.nest.flatten(result)
+      noise = [r * tf.cast(denominator, r.dtype) - v for r, v in zip(noised, signal)]
+      return collections.OrderedDict(
+          signal_norm=tf.cast(tf.linalg.global_norm(signal), tf.float32),
+          noise_norm=tf.cast(tf.linalg.global_norm(noise), tf.float32))
+
+    self._params_fn, self._clip_fn, self._noise_fn = params_fn, clip_fn, noise_fn
 
   def initialize(self):
     """Federated (call inside a federated computation): the state at SERVER."""
@@ -141,15 +167,25 @@ class ReleaseProcess:
   def params(self, state):
     return state.params
 
+  def clip(self, state):
+    """Federated: the clip the clients clip with in `state` (gaussian_adaptive's moves)."""
+    return tff.federated_map(self._clip_fn, state.params)
+
   def release_of(self, state, contributions):
     """Federated: the round's release of the slots' contributions (`PrivateRelease.fold`):
     (the noised sum over the denominator, the new state, the diagnostics <clients, clip, norm,
-    clipped> with the norms and clipped counts summed over the clients), all at SERVER."""
+    clipped, signal_norm, noise_norm> with the norms and clipped counts summed over the clients),
+    all at SERVER. signal_norm is the norm of the clipped records' sum, noise_norm the norm of the
+    noise added to it (their ratio: the release's noise-to-signal). Like the norms and the clipped
+    counts these are a simulation's diagnostics, outside the guarantee: a deployment would not
+    compute the clean sum."""
     result, new_state, clip = self.next(state, contributions.record)
+    measured = tff.federated_map(self._noise_fn, (result, tff.federated_sum(contributions.record)))
     return result, new_state, tff.federated_zip(collections.OrderedDict(
         clients=tff.federated_sum(contributions.clients), clip=clip,
         norm=tff.federated_sum(contributions.norm),
-        clipped=tff.federated_sum(contributions.clipped)))
+        clipped=tff.federated_sum(contributions.clipped), signal_norm=measured.signal_norm,
+        noise_norm=measured.noise_norm))
 
   def next(self, state, records):
     out = self.process.next(state.dp, records)
