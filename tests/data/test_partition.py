@@ -242,15 +242,17 @@ def test_every_listed_partition_keeps_its_contract(name):
   # declared size (fixed-size partitions), at least the method's minimum, the same for the same seed.
   from tff_ssl.experiment import ExperimentConfig
   labels = np.repeat(np.arange(10), 60)
-  config = ExperimentConfig(dataset="synthetic", partition=name, num_clients=12,
-                            samples_per_client=8, classes_per_client=2, alpha=0.5, seed=3,
+  # per_image: every image one client (its population is the split's).
+  clients, samples = (600, 1) if name == "per_image" else (12, 8)
+  config = ExperimentConfig(dataset="synthetic", partition=name, num_clients=clients,
+                            samples_per_client=samples, classes_per_client=2, alpha=0.5, seed=3,
                             clients_per_round=4)
   partition = data.PARTITIONS[name]
-  parts = list(partition.split(config, labels, 2))
-  assert len(parts) == 12
+  parts = list(partition.split(config, labels, 2 if samples > 1 else 1))
+  assert len(parts) == clients
   flat = np.concatenate(parts)
   assert flat.size == np.unique(flat).size and flat.min() >= 0 and flat.max() < labels.size
   sizes = {p.size for p in parts}
-  assert (sizes == {8}) if partition.fixed_size else min(sizes) >= 2
+  assert (sizes == {samples}) if partition.fixed_size else min(sizes) >= 2
   again = partition.split(config, labels, 2)
   assert all(np.array_equal(a, b) for a, b in zip(parts, again))

@@ -8,6 +8,7 @@ trains each client in turn (`DCCOConfig.clip_loop`).
     a record, to 1e-10.
   * float32, a whole DP-DCCO round in TFF (grouped slots, noise 0, a clip that shortens some clients
     and not others): the same update and clip diagnostics as the loop's.
+  * gaussian_adaptive: the batched passes move both releases' clips as the loop's records do.
   * The convolutions' sliced kernel gradient (`layers.sliced_conv2d`) is TF's, batched and per
     example under `tf.vectorized_map`.
 """
@@ -92,9 +93,10 @@ def test_batched_records_equal_each_clients_own_clipped_update(float64, name):
   assert np.ptp(losses_) < 1e-9  # Every client's loss is the aggregate's.
 
 
-def _dp_round(clip_loop: bool, clients, clip: float):
+def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
+              statistics_clip: float = 0.0, rounds: int = 1):
   model = test_dcco.model.__wrapped__()
-  privacy = PrivacyConfig(dp="gaussian_fixed", noise_multiplier=0.0, clip=clip, statistics_clip=0.0,
+  privacy = PrivacyConfig(dp=dp, noise_multiplier=0.0, clip=clip, statistics_clip=statistics_clip,
                           population=1000, clients_per_round=len(clients), releases=2)
   config = DCCOConfig(client_learning_rate=test_dcco.ETA, augment=test_dcco.AUGMENT,
                       seed=test_dcco.SEED, privacy=privacy,
@@ -102,8 +104,9 @@ def _dp_round(clip_loop: bool, clients, clip: float):
   assert dcco.batched_clipping(config) is not clip_loop
   process = DCCOProcess(model, test_dcco.SHAPE, tff.learning.optimizers.build_sgdm(1.0), config,
                         Simulation(group_size=3))
-  state = process.initialize()
-  new_state, metrics = process.next(state, clients)
+  state = new_state = process.initialize()
+  for _ in range(rounds):
+    state, (new_state, metrics) = new_state, process.next(new_state, clients)
   return [a - b for a, b in zip(new_state.weights, state.weights)], metrics
 
 
@@ -147,3 +150,23 @@ def test_sliced_kernel_gradient_is_tfs(float64, stride, padding):
   for i in range(3):
     want = grads(tfs, x[i:i + 1])[1]
     assert spread.relative_gap(per_example[i].numpy(), want.numpy()) < 1e-12
+
+
+def test_adaptive_dp_dcco_moves_both_clips_as_the_loop_does():
+  """gaussian_adaptive for DCCO's two releases: the batched passes' clip votes (each client's
+  norm through tfp's quantile estimator) move the statistics and update clips as the per-client
+  loop's records do; the second round clips at the moved clips, and its update is the loop's."""
+  _, clients = test_dcco.make_clients([1, 2, 1, 4, 1, 9, 1])
+  got = {}
+  for loop in (True, False):
+    got[loop] = _dp_round(loop, clients, clip=75.0, dp="gaussian_adaptive", statistics_clip=50.0,
+                          rounds=2)
+  (loop_update, loop_metrics), (update, metrics) = got[True], got[False]
+  for release, start in (("update", 75.0), ("statistics", 50.0)):
+    clip = metrics["aggregation"][f"{release}_clip"]  # The second round's: moved once.
+    assert clip != start and clip == pytest.approx(loop_metrics["aggregation"][f"{release}_clip"],
+                                                   rel=1e-6)
+    assert metrics["aggregation"][f"{release}_clipped_fraction"] == (
+        loop_metrics["aggregation"][f"{release}_clipped_fraction"])
+  spread.within("adaptive DP-DCCO, round 2: batched clipping vs the per-client loop",
+                spread.relative_gap(update, loop_update), 1e-3)

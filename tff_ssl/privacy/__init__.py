@@ -269,11 +269,28 @@ def check_noise_stated(config, fields_set) -> None:
 
 
 def notice(config) -> str | None:
-  """The line a DP run without noise prints as it starts (None for any other run)."""
-  if getattr(config, "dp", "off") == "off" or config.dp_target_epsilon or config.dp_noise_multiplier:
+  """The line a DP run prints as it starts where its epsilon is not its own guarantee: without
+  noise (the clip-only diagnostic) or with a simulated noise cohort; None for any other run."""
+  if getattr(config, "dp", "off") == "off":
     return None
-  return (f"--dp={config.dp} at --dp_noise_multiplier=0: clipping without noise, a diagnostic; "
-          f"the run is not private (epsilon = inf)")
+  if not (config.dp_target_epsilon or config.dp_noise_multiplier):
+    return (f"--dp={config.dp} at --dp_noise_multiplier=0: clipping without noise, a diagnostic; "
+            f"the run is not private (epsilon = inf)")
+  if config.dp_noise_cohort:
+    return (f"--dp_noise_cohort={config.dp_noise_cohort}: noise simulated for a cohort of "
+            f"{config.dp_noise_cohort} (its epsilon is a {config.dp_noise_cohort}-client round's; "
+            f"this run's own, of {config.clients_per_round} clients, is epsilon_actual)")
+  return None
+
+
+def summary_line(results: dict) -> str | None:
+  """A DP run's closing line: its epsilon (and its label, with a simulated noise cohort)."""
+  if results.get("dp", "off") == "off" or "epsilon" not in results:
+    return None
+  line = f"epsilon {results['epsilon']:.3f} at delta {results['delta']:.3g}"
+  if results.get("dp_label"):
+    line += f" ({results['dp_label']}; this run's own: {results['epsilon_actual']:.3f})"
+  return line
 
 
 def check_simulation(privacy: PrivacyConfig, simulation: str) -> None:
