@@ -9,8 +9,9 @@ noise-to-signal.
     sampling is today's `tff.simulation` sampler, unchanged.
   * A simulated noise cohort K': the noise's measured std is sigma C (K / K') / D; the ledger's
     epsilon is dp_accounting's for K' clients a round at sigma, epsilon_actual the run's own (K
-    clients at sigma K / K'); calibration meets its target at K'; the refusals (K' < K, K' > N,
-    adaptive) are one line.
+    clients at sigma K / K'); calibration meets its target at K'; gaussian_adaptive splits its
+    noise as the K'-client round does and scales both parts; the refusals (K' < K, K' > N) are one
+    line.
   * A release's noise and signal norms are the noise's and the clipped sum's.
   * bin/train end to end (Poisson, a noise cohort): metrics.csv's epsilon per round and its
     dp_noise_cohort column, results.json's label and both epsilons.
@@ -150,9 +151,8 @@ def test_ledger_accounts_the_simulated_cohort_and_the_runs_own(client_sampling):
 @pytest.mark.parametrize("fields,reason", [
     (dict(dp_noise_cohort=20), "between the run's cohort"),
     (dict(dp_noise_cohort=1001), "between the run's cohort"),
-    (dict(dp_noise_cohort=100, dp="gaussian_adaptive"), "use --dp=gaussian_fixed"),
     (dict(dp_noise_cohort=100, dp="off", dp_noise_multiplier=0.0), "only with --dp"),
-], ids=["below the cohort", "above the population", "adaptive", "without DP"])
+], ids=["below the cohort", "above the population", "without DP"])
 def test_noise_cohort_refusals(fields, reason):
   base = dict(DCCO, dp="gaussian_fixed", dp_noise_multiplier=1.0)
   with pytest.raises(ValueError) as e:
@@ -193,3 +193,20 @@ def test_a_poisson_run_with_a_noise_cohort_is_labelled_end_to_end(tmp_path):
   assert results["client_sampling"] == "poisson"
   assert results["epsilon_actual"] == pytest.approx(accounting.run_epsilon(
       [sigma * 16 / 64] * 2, 200, 16, 2, delta, "poisson"), rel=1e-5)
+
+
+def test_adaptive_noise_cohort_is_the_larger_rounds_split_scaled():
+  """gaussian_adaptive with K' = 400 of K = 100: TFF's split of sigma for 400 clients, the value's
+  and the clipped count's noise both times K / K'."""
+  from tensorflow_federated.python.aggregators.differential_privacy import \
+      adaptive_clip_noise_params
+  p = PrivacyConfig(dp="gaussian_adaptive", noise_multiplier=1.5, clip=2.0, population=1000,
+                    clients_per_round=100, noise_cohort=400)
+  query = p.query(1.5, 100.0).inner._numerator  # pylint: disable=protected-access
+  value_sigma, count_std = adaptive_clip_noise_params(1.5, 400.0)
+  assert query._noise_multiplier == pytest.approx(value_sigma / 4)  # pylint: disable=protected-access
+  estimator = query._quantile_estimator_query  # pylint: disable=protected-access
+  below = estimator._below_estimate_query._numerator  # pylint: disable=protected-access
+  assert below._stddev == pytest.approx(count_std / 4)  # pylint: disable=protected-access
+  # The votes are averaged over the real cohort's expected clients.
+  assert estimator._below_estimate_query._denominator == 100.0  # pylint: disable=protected-access

@@ -30,9 +30,6 @@ REFUSED = [
     ("layer-wise family", dict(FEDAVG, method="fedmoco_lw", ssl="mocov3", encoder="vit_mini",
                                patch_size=4, depth=2, server_optimizer="sgd",
                                server_lr_schedule="constant", **DP), "restarts its stage's"),
-    ("adaptive DP-DCCO with a simulated noise cohort", dict(
-        method="dcco", dataset="synthetic", dp="gaussian_adaptive", dp_noise_multiplier=1.0,
-        dp_noise_cohort=100), "use --dp=gaussian_fixed"),
     ("DP-DCCO on unequal clients", dict(method="dcco", dataset="synthetic",
                                         partition="dirichlet_split", alpha=0.5, **DP),
      "unequal size"),

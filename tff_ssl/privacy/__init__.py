@@ -135,10 +135,6 @@ class PrivacyConfig:
                          f"(num_clients={self.population}): a smaller cohort's noise would be "
                          f"larger, a larger one cannot be sampled; choose "
                          f"{self.clients_per_round} <= K' <= {self.population}")
-      if self.adaptive:
-        raise ValueError("--dp_noise_cohort scales a fixed clip's noise; gaussian_adaptive splits "
-                         "its noise with the clipped count of the real cohort: use "
-                         "--dp=gaussian_fixed or --dp_noise_cohort=0")
 
   @property
   def enabled(self) -> bool:
@@ -214,16 +210,20 @@ class PrivacyConfig:
     clip = self.clip_value(statistics)
     if self.adaptive:
       # TFF's split of the total sigma between the values and the clipped count.
+      # A simulated noise cohort: the K'-client round's split (its count over K' / K as many
+      # records), both noises scaled by K / K' as the fixed clip's is.
+      scale = self.noise_scale
       try:
-        value_sigma, count_std = adaptive_clip_noise_params(float(sigma), records)
+        value_sigma, count_std = adaptive_clip_noise_params(float(sigma), records / scale)
       except ValueError:
         raise ValueError(f"gaussian_adaptive at noise multiplier {sigma:.3g} needs more than "
                          f"{math.ceil(10 * sigma)} clients a round (its clipped count's noise is "
-                         f"0.05 x clients); got {records:g}: sample more, or use "
+                         f"0.05 x clients); got {records / scale:g}: sample more, or use "
                          f"gaussian_fixed") from None
       inner = tfp.NormalizedQuery(tfp.QuantileAdaptiveClipSumQuery(
-          initial_l2_norm_clip=clip, noise_multiplier=value_sigma, target_unclipped_quantile=0.5,
-          learning_rate=0.2, clipped_count_stddev=count_std, expected_num_records=records,
+          initial_l2_norm_clip=clip, noise_multiplier=value_sigma * scale,
+          target_unclipped_quantile=0.5, learning_rate=0.2,
+          clipped_count_stddev=count_std * scale, expected_num_records=records,
           geometric_update=True), denominator=denominator)
     else:
       inner = tfp.NormalizedQuery(tfp.GaussianSumQuery(
