@@ -42,6 +42,9 @@ class Column:
   alpha: float | None = None
   overrides: tuple[tuple[str, Any], ...] = ()
   title: str = ""  # The column's heading (default: clients / samples per client / per round).
+  # Fields given in images, each set to value / the row's samples_per_client (a cohort of the same
+  # images a round for rows of one-image and of 4-image clients), e.g. (("clients_per_round", 1024),).
+  in_images: tuple[tuple[str, int], ...] = ()
 
   @property
   def label(self) -> str:
@@ -64,8 +67,15 @@ class Column:
     return {**fields, **dict(self.overrides)}
 
   def apply(self, config: ExperimentConfig) -> ExperimentConfig:
-    """`config` with this column's fields set."""
-    return dataclasses.replace(config, **self.fields)
+    """`config` with this column's fields set (`in_images`: over the row's images a client)."""
+    fields = self.fields
+    per_client = fields.get("samples_per_client", config.samples_per_client)
+    for name, images in self.in_images:
+      if images % per_client:
+        raise ValueError(f"column {self.key!r}: {name} of {images} images is no whole number of "
+                         f"clients of {per_client} images")
+      fields[name] = images // per_client
+    return dataclasses.replace(config, **fields)
 
 
 @dataclasses.dataclass(frozen=True)
