@@ -43,11 +43,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 import math
 import os
 import statistics as stats
 
+from tasks import privacy_table
 from tff_ssl import evaluation, table_report
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Column, Evaluation, Row, Table
@@ -149,11 +149,7 @@ def claims(rows) -> tuple[Claim, ...]:
 
 # -- the report: checks, appendix --------------------------------------------------------------------
 
-def _read_json(path):
-  if not os.path.exists(path):
-    return None
-  with open(path) as f:
-    return json.load(f)
+_read_json = privacy_table._read_json  # pylint: disable=protected-access
 
 
 def _read_csv(path) -> list[dict]:
@@ -183,23 +179,8 @@ def noise_summary(cell_dir: str) -> dict:
   return out
 
 
-def main_probe(table: Table, output_dir: str) -> tuple[dict, dict]:
-  """({(row, column): the main probe's mean over its label seeds}, {baseline: mean})."""
-  keys = table.gate_keys
-  cells = {}
-  for r in table.rows:
-    for c in table.columns:
-      results = _read_json(os.path.join(output_dir, "cells", r.key, c.key, "results.json")) or {}
-      got = [results.get("evaluations", {}).get(k) for k in keys]
-      if got and all(isinstance(v, float) for v in got):
-        cells[(r.key, c.key)] = sum(got) / len(got)
-  found = (_read_json(os.path.join(output_dir, "random_init.json")) or {}).get("baselines", {})
-  base = {}
-  for name in ("raw_pixels", "random_init"):
-    got = [found.get(k, {}).get(name) for k in keys]
-    if got and all(isinstance(v, float) for v in got):
-      base[name] = sum(got) / len(got)
-  return cells, base
+# The main probe's mean over its label seeds per cell, and the baselines: the privacy table's reading.
+main_probe = privacy_table.main_probe
 
 
 def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
