@@ -307,6 +307,8 @@ class ProgressBar(Observer):
     if "epsilon" in released:  # Infinite only without noise: the clip-only diagnostic.
       postfix["eps"] = (f"{released['epsilon']:.2f}" if np.isfinite(released["epsilon"]) else
                         "inf (no noise: not private)")
+      if released.get("dp_noise_cohort"):  # A simulated noise cohort's epsilon, so labelled.
+        postfix["eps"] += f" (noise simulated for a cohort of {int(released['dp_noise_cohort'])})"
     self.bar.set_postfix(**postfix)
 
   def close(self):
