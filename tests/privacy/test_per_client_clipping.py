@@ -13,6 +13,7 @@ trains each client in turn (`DCCOConfig.clip_loop`).
     example under `tf.vectorized_map`.
 """
 
+import math
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -94,10 +95,12 @@ def test_batched_records_equal_each_clients_own_clipped_update(float64, name):
 
 
 def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
-              statistics_clip: float = 0.0, rounds: int = 1):
+              statistics_clip: float = 0.0, rounds: int = 1, statistics_quantile: float = 0.5,
+              history: list | None = None):
   model = test_dcco.model.__wrapped__()
   privacy = PrivacyConfig(dp=dp, noise_multiplier=0.0, clip=clip, statistics_clip=statistics_clip,
-                          population=1000, clients_per_round=len(clients), releases=2)
+                          statistics_quantile=statistics_quantile, population=1000,
+                          clients_per_round=len(clients), releases=2)
   config = DCCOConfig(client_learning_rate=test_dcco.ETA, augment=test_dcco.AUGMENT,
                       seed=test_dcco.SEED, privacy=privacy,
                       denominator=float(sum(len(c["ids"]) for c in clients)), clip_loop=clip_loop)
@@ -107,6 +110,8 @@ def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
   state = new_state = process.initialize()
   for _ in range(rounds):
     state, (new_state, metrics) = new_state, process.next(new_state, clients)
+    if history is not None:
+      history.append(metrics["aggregation"])
   return [a - b for a, b in zip(new_state.weights, state.weights)], metrics
 
 

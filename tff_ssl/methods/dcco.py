@@ -95,6 +95,12 @@ DCCO_REFRESH_EVERY = Field(
 DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
                            "encoding statistics' sum (N_k times its statistics).", lower=0,
                            note="0: no clipping, only with noise multiplier 0")
+DP_STATISTICS_QUANTILE = Field(
+    "dp_statistics_quantile", 0.5, "DP-DCCO with --dp=gaussian_adaptive: the fraction of clients "
+    "a round whose statistics the adaptive clip aims to leave unclipped (the update's clip aims "
+    "at the median). Near 1 keeps the statistics clip above the norms: a clipped statistics "
+    "vector scales its means and second moments together (docs/privacy_scaling_mini.md).",
+    lower=0, upper=1, open_lower=True, open_upper=True)
 
 
 
@@ -844,7 +850,8 @@ class _Initial:
 
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
   """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
-  private = privacy_lib.from_config(config, releases=2, statistics_clip=config.dp_statistics_clip)
+  private = privacy_lib.from_config(config, releases=2, statistics_clip=config.dp_statistics_clip,
+                                    statistics_quantile=config.dp_statistics_quantile)
   privacy_lib.check_simulation(private, config.simulation)
   denominator = 0.0
   if private.enabled:
@@ -873,7 +880,7 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 
 METHOD = Method(
     name="dcco", kind="federated",
-    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DCCO_STATISTICS,
+    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DCCO_STATISTICS,
                                                     DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR,
                                                     DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),

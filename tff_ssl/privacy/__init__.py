@@ -85,6 +85,7 @@ class PrivacyConfig:
   noise_multiplier: float = 0.0
   clip: float = 1.0
   statistics_clip: float = 1.0
+  statistics_quantile: float = 0.5
   target_epsilon: float = 0.0
   secure_aggregation: bool = False
   compression: str = "none"
@@ -103,6 +104,9 @@ class PrivacyConfig:
     for field, value in ((DP_NOISE_MULTIPLIER, self.noise_multiplier),
                          (DP_TARGET_EPSILON, self.target_epsilon)):
       field.check(value)
+    if not 0 < self.statistics_quantile < 1:
+      raise ValueError(f"--dp_statistics_quantile must lie in (0, 1) (the fraction of clients "
+                       f"left unclipped); got {self.statistics_quantile}")
     for name, value in (("dp_clip", self.clip), ("dp_statistics_clip", self.statistics_clip)):
       if not value >= 0:
         raise ValueError(f"--{name} must be >= 0 (0: no clipping); got {value}")
@@ -222,7 +226,8 @@ class PrivacyConfig:
                          f"gaussian_fixed") from None
       inner = tfp.NormalizedQuery(tfp.QuantileAdaptiveClipSumQuery(
           initial_l2_norm_clip=clip, noise_multiplier=value_sigma * scale,
-          target_unclipped_quantile=0.5, learning_rate=0.2,
+          target_unclipped_quantile=self.statistics_quantile if statistics else 0.5,
+          learning_rate=0.2,
           clipped_count_stddev=count_std * scale, expected_num_records=records,
           geometric_update=True), denominator=denominator)
     else:
@@ -243,12 +248,15 @@ class PrivacyConfig:
     return tff.aggregators.SumFactory()
 
 
-def from_config(config, releases: int = 1, statistics_clip: float = 1.0) -> PrivacyConfig:
-  """The `PrivacyConfig` of an `ExperimentConfig` (its fields, its planned run); `statistics_clip`:
-  the clip of a release of encoding statistics (DP-DCCO's `--dp_statistics_clip`)."""
+def from_config(config, releases: int = 1, statistics_clip: float = 1.0,
+                statistics_quantile: float = 0.5) -> PrivacyConfig:
+  """The `PrivacyConfig` of an `ExperimentConfig` (its fields, its planned run); `statistics_clip`
+  / `statistics_quantile`: the clip of a release of encoding statistics and its adaptive target
+  unclipped quantile (DP-DCCO's `--dp_statistics_clip`, `--dp_statistics_quantile`)."""
   return PrivacyConfig(
       dp=config.dp, noise_multiplier=config.dp_noise_multiplier, clip=config.dp_clip,
-      statistics_clip=statistics_clip, target_epsilon=config.dp_target_epsilon,
+      statistics_clip=statistics_clip, statistics_quantile=statistics_quantile,
+      target_epsilon=config.dp_target_epsilon,
       secure_aggregation=config.secure_aggregation, compression=config.compression,
       population=config.num_clients, clients_per_round=config.clients_per_round,
       rounds=config.rounds, sampling=getattr(config, "client_sampling", "fixed"),
