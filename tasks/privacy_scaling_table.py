@@ -52,6 +52,7 @@ import statistics as stats
 
 from tasks import privacy_table
 from tff_ssl import evaluation, table_report
+from tff_ssl import privacy as privacy_lib
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Column, Evaluation, Row, Table
 
@@ -253,9 +254,20 @@ def appendix(table: Table, output_dir: str) -> str:
 
       rounds = dict(c.overrides).get("rounds", r.config.rounds)
       lines.append(f"| {r.name} | {c.label} | {rounds:,} | {results.get('epsilon', math.nan):.3f} | "
-                   f"{results.get('dp_noise_multiplier') or math.nan:.3f} | {release('statistics')} | "
+                   f"{_noise_multiplier(results, table.cell_config(r, c)):.3f} | "
+                   f"{release('statistics')} | "
                    f"{release('update')} | {results.get('dp_label') or '-'} |")
   return "\n".join(lines) + "\n"
+
+
+def _noise_multiplier(results: dict, config) -> float:
+  """A DP cell's noise multiplier: its results.json's; runs from before the ledger combined
+  gaussian_adaptive's two Gaussians (values, clipped count) wrote nan there, and for them it is the
+  sigma the run was calibrated to (`PrivacyConfig.sigma` of the cell's config)."""
+  got = results.get("dp_noise_multiplier")
+  if got is not None and math.isfinite(got):
+    return got
+  return privacy_lib.from_config(config, releases=2 if config.method == "dcco" else 1).sigma
 
 
 def _plot(table: Table, output_dir: str) -> str | None:
@@ -321,7 +333,8 @@ def mini() -> Table:
       "Mini scale, in the mini regime (shifted Fashion-MNIST): 60,000 one-image users (DCCO) or "
       "15,000 users of 4 images (FedAvg); rounds per cohort to fit 40 minutes a cell on 2 cores "
       f"({', '.join(f'K = {k:,}: {n:,}' for k, n in MINI_ROUNDS.items())}).",
-      "Adaptive clipping (the users' median norm) from the pilots' medians (PILOT_NORMS in "
+      "Adaptive clipping (the users' median norm; DP-DCCO's statistics clip at the 0.9 quantile, "
+      "STATISTICS_QUANTILE) from the pilots' medians (PILOT_NORMS in "
       "tasks/privacy_scaling_table.py); each DP cell's noise multiplier calibrated to its epsilon "
       "for its rounds. The largest K is the table's best K by design (lowest z / K), not chosen on "
       "test accuracy."), evaluations=TUNED_10_TWO_SEEDS, gate=TUNED_GATE)

@@ -156,7 +156,7 @@ class PrivacyLedger(Observer):
       events = [accounting.scaled(e, 1.0 / p.noise_scale) for e in events]
     self.ledger.add(accounting.sampled_round(events, p.population, p.accounted_cohort, p.sampling),
                     count=count)
-    self.noise_multipliers = [float(getattr(e, "noise_multiplier", np.nan)) for e in events]
+    self.noise_multipliers = [accounting.noise_multiplier(e) for e in events]
     return self.ledger.epsilon()
 
   def summary(self) -> dict:

@@ -212,3 +212,21 @@ def test_adaptive_noise_cohort_is_the_larger_rounds_split_scaled():
   assert below._stddev == pytest.approx(count_std / 4)  # pylint: disable=protected-access
   # The votes are averaged over the real cohort's expected clients.
   assert estimator._below_estimate_query._denominator == 100.0  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("noise_cohort", [0, 400])
+def test_an_adaptive_rounds_noise_multiplier_is_the_calibrated_sigma(noise_cohort):
+  """results.json's dp_noise_multiplier of a gaussian_adaptive run: TFF's query reports its values'
+  and clipped count's Gaussians apart; together (1 / sqrt of the sum of 1 / sigma_i^2) they are
+  the sigma it was given (with a noise cohort, as accounted: scaled back by K' / K)."""
+  p = PrivacyConfig(dp="gaussian_adaptive", noise_multiplier=1.5, clip=2.0, population=1000,
+                    clients_per_round=100, noise_cohort=noise_cohort)
+  query = p.query(1.5, 100.0)
+  state = query.initial_global_state()
+  sample = query.initial_sample_state(tf.TensorSpec([3], tf.float32))
+  _, _, event = query.get_noised_result(sample, state)
+  assert len(event.events) == 2
+  assert accounting.noise_multiplier(accounting.scaled(event, 1.0 / p.noise_scale)) == (
+      pytest.approx(1.5, rel=1e-6))
+  assert accounting.noise_multiplier(dp_accounting.GaussianDpEvent(0.7)) == 0.7
+  assert accounting.noise_multiplier(dp_accounting.NonPrivateDpEvent()) == 0.0

@@ -58,6 +58,25 @@ def scaled(event: dp_accounting.DpEvent, scale: float) -> dp_accounting.DpEvent:
   return event
 
 
+def noise_multiplier(event: dp_accounting.DpEvent) -> float:
+  """The single Gaussian noise multiplier equivalent to `event` (for reporting): a Gaussian's own;
+  a composition of Gaussians (gaussian_adaptive's values and clipped count) 1 / sqrt(sum of
+  1 / sigma_i^2), the total sigma TFF split between them; 0 without noise; nan otherwise."""
+  if isinstance(event, dp_accounting.GaussianDpEvent):
+    return float(event.noise_multiplier)
+  if isinstance(event, dp_accounting.NonPrivateDpEvent):
+    return 0.0
+  parts = (list(event.events) if isinstance(event, dp_accounting.ComposedDpEvent) else
+           [event.event] * event.count if isinstance(event, dp_accounting.SelfComposedDpEvent)
+           else None)
+  if parts is None:
+    return math.nan
+  sigmas = [noise_multiplier(e) for e in parts]
+  if any(math.isnan(x) for x in sigmas) or not sigmas:
+    return math.nan
+  return 0.0 if min(sigmas) == 0 else sum(x ** -2 for x in sigmas) ** -0.5
+
+
 def _non_private(event) -> bool:
   if isinstance(event, dp_accounting.NonPrivateDpEvent):
     return True
