@@ -154,7 +154,9 @@ def test_ledger_accounts_the_simulated_cohort_and_the_runs_own(client_sampling):
     (dict(dp_noise_cohort=100, dp="off", dp_noise_multiplier=0.0), "only with --dp"),
     (dict(dp_statistics_quantile=1.0), "dp_statistics_quantile"),
     (dict(dp_statistics_quantile=0.0), "dp_statistics_quantile"),
-], ids=["below the cohort", "above the population", "without DP", "quantile 1", "quantile 0"])
+    (dict(dp_statistics_clip_rate=0.0), "dp_statistics_clip_rate"),
+], ids=["below the cohort", "above the population", "without DP", "quantile 1", "quantile 0",
+        "clip rate 0"])
 def test_noise_cohort_refusals(fields, reason):
   base = dict(DCCO, dp="gaussian_fixed", dp_noise_multiplier=1.0)
   with pytest.raises(ValueError) as e:

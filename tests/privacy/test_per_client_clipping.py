@@ -96,10 +96,11 @@ def test_batched_records_equal_each_clients_own_clipped_update(float64, name):
 
 def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
               statistics_clip: float = 0.0, rounds: int = 1, statistics_quantile: float = 0.5,
-              history: list | None = None):
+              statistics_clip_rate: float = 0.2, history: list | None = None):
   model = test_dcco.model.__wrapped__()
   privacy = PrivacyConfig(dp=dp, noise_multiplier=0.0, clip=clip, statistics_clip=statistics_clip,
-                          statistics_quantile=statistics_quantile, population=1000,
+                          statistics_quantile=statistics_quantile,
+                          statistics_clip_rate=statistics_clip_rate, population=1000,
                           clients_per_round=len(clients), releases=2)
   config = DCCOConfig(client_learning_rate=test_dcco.ETA, augment=test_dcco.AUGMENT,
                       seed=test_dcco.SEED, privacy=privacy,
@@ -160,13 +161,23 @@ def test_sliced_kernel_gradient_is_tfs(float64, stride, padding):
 def test_adaptive_dp_dcco_moves_both_clips_as_the_loop_does():
   """gaussian_adaptive for DCCO's two releases: the batched passes' clip votes (each client's
   norm through tfp's quantile estimator) move the statistics and update clips as the per-client
-  loop's records do; the second round clips at the moved clips, and its update is the loop's."""
+  loop's records do; the second round clips at the moved clips, and its update is the loop's.
+  The statistics clip aims at its own quantile and moves at its own rate
+  (--dp_statistics_quantile, --dp_statistics_clip_rate), the update's at the median and TFF's
+  0.2: without noise each moves by exactly TFF's geometric rule,
+  C exp(-rate (unclipped fraction - target))."""
   _, clients = test_dcco.make_clients([1, 2, 1, 4, 1, 9, 1])
-  got = {}
+  got, history = {}, []
   for loop in (True, False):
     got[loop] = _dp_round(loop, clients, clip=75.0, dp="gaussian_adaptive", statistics_clip=50.0,
-                          rounds=2)
+                          rounds=2, statistics_quantile=0.9, statistics_clip_rate=0.7,
+                          history=None if loop else history)
   (loop_update, loop_metrics), (update, metrics) = got[True], got[False]
+  for release, start, target, rate in (("update", 75.0, 0.5, 0.2),
+                                       ("statistics", 50.0, 0.9, 0.7)):
+    unclipped = 1.0 - history[0][f"{release}_clipped_fraction"]
+    assert history[1][f"{release}_clip"] == pytest.approx(
+        start * math.exp(-rate * (unclipped - target)), rel=1e-5)
   for release, start in (("update", 75.0), ("statistics", 50.0)):
     clip = metrics["aggregation"][f"{release}_clip"]  # The second round's: moved once.
     assert clip != start and clip == pytest.approx(loop_metrics["aggregation"][f"{release}_clip"],

@@ -101,6 +101,11 @@ DP_STATISTICS_QUANTILE = Field(
     "at the median). Near 1 keeps the statistics clip above the norms: a clipped statistics "
     "vector scales its means and second moments together (docs/privacy_scaling_mini.md).",
     lower=0, upper=1, open_lower=True, open_upper=True)
+DP_STATISTICS_CLIP_RATE = Field(
+    "dp_statistics_clip_rate", 0.2, "DP-DCCO with --dp=gaussian_adaptive: the statistics clip's "
+    "geometric learning rate (a round moves it by exp(-rate (unclipped fraction - quantile)); "
+    "TFF's 0.2, which the update's clip keeps). Larger follows fast-shrinking norms.",
+    lower=0, open_lower=True)
 
 
 
@@ -851,7 +856,8 @@ class _Initial:
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
   """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
   private = privacy_lib.from_config(config, releases=2, statistics_clip=config.dp_statistics_clip,
-                                    statistics_quantile=config.dp_statistics_quantile)
+                                    statistics_quantile=config.dp_statistics_quantile,
+                                    statistics_clip_rate=config.dp_statistics_clip_rate)
   privacy_lib.check_simulation(private, config.simulation)
   denominator = 0.0
   if private.enabled:
@@ -880,7 +886,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 
 METHOD = Method(
     name="dcco", kind="federated",
-    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DCCO_STATISTICS,
+    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE,
+                                               DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
                                                     DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR,
                                                     DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),

@@ -86,6 +86,7 @@ class PrivacyConfig:
   clip: float = 1.0
   statistics_clip: float = 1.0
   statistics_quantile: float = 0.5
+  statistics_clip_rate: float = 0.2
   target_epsilon: float = 0.0
   secure_aggregation: bool = False
   compression: str = "none"
@@ -107,6 +108,8 @@ class PrivacyConfig:
     if not 0 < self.statistics_quantile < 1:
       raise ValueError(f"--dp_statistics_quantile must lie in (0, 1) (the fraction of clients "
                        f"left unclipped); got {self.statistics_quantile}")
+    if not self.statistics_clip_rate > 0:
+      raise ValueError(f"--dp_statistics_clip_rate must be > 0; got {self.statistics_clip_rate}")
     for name, value in (("dp_clip", self.clip), ("dp_statistics_clip", self.statistics_clip)):
       if not value >= 0:
         raise ValueError(f"--{name} must be >= 0 (0: no clipping); got {value}")
@@ -227,7 +230,7 @@ class PrivacyConfig:
       inner = tfp.NormalizedQuery(tfp.QuantileAdaptiveClipSumQuery(
           initial_l2_norm_clip=clip, noise_multiplier=value_sigma * scale,
           target_unclipped_quantile=self.statistics_quantile if statistics else 0.5,
-          learning_rate=0.2,
+          learning_rate=self.statistics_clip_rate if statistics else 0.2,
           clipped_count_stddev=count_std * scale, expected_num_records=records,
           geometric_update=True), denominator=denominator)
     else:
@@ -249,13 +252,16 @@ class PrivacyConfig:
 
 
 def from_config(config, releases: int = 1, statistics_clip: float = 1.0,
-                statistics_quantile: float = 0.5) -> PrivacyConfig:
+                statistics_quantile: float = 0.5, statistics_clip_rate: float = 0.2
+                ) -> PrivacyConfig:
   """The `PrivacyConfig` of an `ExperimentConfig` (its fields, its planned run); `statistics_clip`
-  / `statistics_quantile`: the clip of a release of encoding statistics and its adaptive target
-  unclipped quantile (DP-DCCO's `--dp_statistics_clip`, `--dp_statistics_quantile`)."""
+  / `statistics_quantile` / `statistics_clip_rate`: the clip of a release of encoding statistics,
+  its adaptive target unclipped quantile and learning rate (DP-DCCO's `--dp_statistics_clip`,
+  `--dp_statistics_quantile`, `--dp_statistics_clip_rate`)."""
   return PrivacyConfig(
       dp=config.dp, noise_multiplier=config.dp_noise_multiplier, clip=config.dp_clip,
       statistics_clip=statistics_clip, statistics_quantile=statistics_quantile,
+      statistics_clip_rate=statistics_clip_rate,
       target_epsilon=config.dp_target_epsilon,
       secure_aggregation=config.secure_aggregation, compression=config.compression,
       population=config.num_clients, clients_per_round=config.clients_per_round,
