@@ -271,16 +271,18 @@ def _noise_multiplier(results: dict, config) -> float:
 
 
 def _plot(table: Table, output_dir: str) -> str | None:
-  """privacy_scaling.png: the main probe (left) and the update release's median noise-to-signal
-  (right) against K at epsilon = 8, a line per row; raw pixels and random init as horizontal lines."""
+  """privacy_scaling.png: the main probe (left) and each release's median noise-to-signal (right:
+  the update solid, DP-DCCO's statistics dashed) against K at epsilon = 8, a line per row; raw
+  pixels and random init as horizontal lines."""
   cells, base = main_probe(table, output_dir)
   columns = [c for c in table.columns if epsilon_of(c) == 8.0 and not noise_cohort_of(c)]
   ratios = {}
   for r in table.rows:
     for c in columns:
-      s = noise_summary(os.path.join(output_dir, "cells", r.key, c.key)).get("update")
-      if s:
-        ratios[(r.key, c.key)] = s["noise_to_signal"]
+      summary = noise_summary(os.path.join(output_dir, "cells", r.key, c.key))
+      for release in ("update", "statistics"):
+        if summary.get(release):
+          ratios[(r.key, c.key, release)] = summary[release]["noise_to_signal"]
   if not cells and not ratios:
     return None
   import matplotlib  # pylint: disable=g-import-not-at-top
@@ -291,9 +293,13 @@ def _plot(table: Table, output_dir: str) -> str | None:
     acc = [(cohort_of(c), 100 * cells[(r.key, c.key)]) for c in columns if (r.key, c.key) in cells]
     if acc:
       left.plot(*zip(*acc), marker="o", label=r.name)
-    ratio = [(cohort_of(c), ratios[(r.key, c.key)]) for c in columns if (r.key, c.key) in ratios]
-    if ratio:
-      right.plot(*zip(*ratio), marker="o", label=r.name)
+    color = left.lines[-1].get_color() if acc else None
+    for release, style in (("update", "-"), ("statistics", "--")):
+      ratio = [(cohort_of(c), ratios[(r.key, c.key, release)]) for c in columns
+               if (r.key, c.key, release) in ratios]
+      if ratio:
+        right.plot(*zip(*ratio), marker="o", linestyle=style, color=color,
+                   label=f"{r.name}: {release}")
   for name, style in (("raw_pixels", ":"), ("random_init", "--")):
     if name in base:
       left.axhline(100 * base[name], color="gray", linestyle=style, label=name.replace("_", " "))
@@ -302,7 +308,8 @@ def _plot(table: Table, output_dir: str) -> str | None:
     ax.set_xlabel("K: one-image users a round (FedAvg: the same images)")
   left.set_ylabel("main probe at ε = 8, mean of its label seeds (%)")
   right.set_yscale("log")
-  right.set_ylabel("update release: median noise / signal")
+  right.set_ylabel("median noise / signal a round")
+  right.legend(fontsize=7)
   left.legend(fontsize=7)
   fig.tight_layout()
   path = os.path.join(output_dir, "privacy_scaling.png")
