@@ -52,8 +52,8 @@ class Scenario:
 
   def without_privacy(self) -> "Scenario":
     """The same round without DP, secure sums or compression (the `non_private` baseline)."""
-    private = set(privacy_lib.FIELD_NAMES) | {"dp_statistics_clip", "dp_statistics_quantile",
-               "dp_statistics_clip_rate"}
+    private = set(privacy_lib.FIELD_NAMES) | {
+        "dp_statistics_clip", "dp_statistics_quantile", "dp_statistics_clip_rate"}
     return dataclasses.replace(self, fields=tuple(f for f in self.fields if f[0] not in private),
                                baseline="centralized")
 

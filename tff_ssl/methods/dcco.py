@@ -886,10 +886,9 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 
 METHOD = Method(
     name="dcco", kind="federated",
-    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE,
-                                               DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
-                                                    DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR,
-                                                    DCCO_REFRESH_EVERY),
+    fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (
+        DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
+        DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
