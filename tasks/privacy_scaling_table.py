@@ -80,6 +80,12 @@ PILOT_NORMS = {"dcco_cco": {"dp_statistics_clip": 450.0, "dp_clip": 1800.0},
 # norms (validation pilot `k4096_E_adaptive_q09`: statistics never clipped in 51 rounds, loss
 # 2,813 -> 2,050).
 STATISTICS_QUANTILE = 0.9
+# ... and its geometric learning rate (--dp_statistics_clip_rate; TFF's default is 0.2). At 0.2 the
+# K = 4,096 cell's clip fell 2% a round while the encodings shrank 53x (CCO) and 270x (VICReg), and
+# ended 4-50x above the norms, where the noise it sets dominates the variances. At 1.0 (validation
+# pilots `k4096_F_vicreg_q09_rate1`, `k4096_G_cco_q09_rate1`, about 50 rounds each) the clip stays
+# 1.2-2.4x the norms and the statistics noise-to-signal 0.7-1.2 (CCO) and 1-3 (VICReg).
+STATISTICS_CLIP_RATE = 1.0
 # The paper scale's starting clips are placeholders of 1.0, to be set from pilots at that scale.
 PAPER_NORMS = {"dcco_cco": {"dp_statistics_clip": 1.0, "dp_clip": 1.0},
                "dcco_vicreg": {"dp_statistics_clip": 1.0, "dp_clip": 1.0},
@@ -133,7 +139,8 @@ def _rows(base: ExperimentConfig, population: int, clips) -> tuple[Row, ...]:
   dcco = dataclasses.replace(base, method="dcco", partition="per_image", num_clients=population,
                              samples_per_client=1, local_steps=1, client_optimizer="sgd",
                              client_learning_rate=1.0,
-                             dp_statistics_quantile=STATISTICS_QUANTILE)
+                             dp_statistics_quantile=STATISTICS_QUANTILE,
+                             dp_statistics_clip_rate=STATISTICS_CLIP_RATE)
   fedavg = dataclasses.replace(
       base, method="fedavg", ssl="simclr", partition="dirichlet", alpha=0.0,
       num_clients=population // 4, samples_per_client=4, local_steps=1, client_optimizer="sgd",

@@ -34,6 +34,7 @@ def test_grid(scale):
           "dcco", "per_image", 1, population)
       assert c.clients_per_round == k and c.dp_statistics_clip > 0
       assert c.dp_statistics_quantile == scaling.STATISTICS_QUANTILE
+      assert c.dp_statistics_clip_rate == scaling.STATISTICS_CLIP_RATE
       assert c.dp_noise_cohort == scaling.noise_cohort_of(cell.column)
     else:  # Users of 4 images: the same images a round, a quarter of the users.
       assert (c.method, c.ssl, c.samples_per_client, c.num_clients) == (
