@@ -47,7 +47,10 @@ def test_grid(scale):
   assert {(scaling.cohort_of(c), scaling.epsilon_of(c)) for c in table.columns
           if not scaling.noise_cohort_of(c)} == {(k, 8.0) for k in cohorts} | {
               (largest, 2.0), (largest, math.inf)}
-  assert [c.key for c in table.columns if scaling.noise_cohort_of(c)]  # The extrapolation.
+  simulated = [c for c in table.columns if scaling.noise_cohort_of(c)]  # The extrapolation:
+  assert simulated and all(  # at the largest K, whose own cells differ from it only in the noise.
+      scaling.cohort_of(c) == largest < scaling.noise_cohort_of(c) <= population
+      and scaling.epsilon_of(c) == 8.0 for c in simulated)
   assert len(table.claims) == 2  # Each DP-DCCO row above DP-FedAvg.
 
 
