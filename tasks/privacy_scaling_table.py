@@ -347,10 +347,13 @@ def mini() -> Table:
   columns = _columns(MINI_ROUNDS, (16_384, 60_000), 60_000)
   return _table("mini", rows, columns, notes=(
       "Mini scale, in the mini regime (shifted Fashion-MNIST): 60,000 one-image users (DCCO) or "
-      "15,000 users of 4 images (FedAvg); rounds per cohort to fit 40 minutes a cell on 2 cores "
-      f"({', '.join(f'K = {k:,}: {n:,}' for k, n in MINI_ROUNDS.items())}).",
+      "15,000 users of 4 images (FedAvg); rounds per cohort to fit 40 minutes a cell on 2 cores of "
+      f"an AMD EPYC ({', '.join(f'K = {k:,}: {n:,}' for k, n in MINI_ROUNDS.items())}; each cell's "
+      "measured time is in timing.json; K = 4,096's DP cells took 36.6-43.4 minutes on Intel Xeons "
+      "(Sapphire Rapids), which vary from machine to machine).",
       "Adaptive clipping (the users' median norm; DP-DCCO's statistics clip at the 0.9 quantile, "
-      "STATISTICS_QUANTILE) from the pilots' medians (PILOT_NORMS in "
+      "STATISTICS_QUANTILE, with rate 1.0, STATISTICS_CLIP_RATE) from the pilots' medians "
+      "(PILOT_NORMS in "
       "tasks/privacy_scaling_table.py); each DP cell's noise multiplier calibrated to its epsilon "
       "for its rounds. The largest K is the table's best K by design (lowest z / K), not chosen on "
       "test accuracy."), evaluations=TUNED_10_TWO_SEEDS, gate=TUNED_GATE)
