@@ -281,13 +281,15 @@ def _noise_multiplier(results: dict, config) -> float:
 
 def _plot(table: Table, output_dir: str) -> str | None:
   """privacy_scaling.png: the main probe (left) and each release's median noise-to-signal (right:
-  the update solid, DP-DCCO's statistics dashed) against K at epsilon = 8, a line per row; raw
-  pixels and random init as horizontal lines."""
+  the update solid, DP-DCCO's statistics dashed) against K at epsilon = 8, a line per row; the
+  simulated noise cohorts as hollow markers at K' (their real K is the largest); raw pixels and
+  random init as horizontal lines."""
   cells, base = main_probe(table, output_dir)
   columns = [c for c in table.columns if epsilon_of(c) == 8.0 and not noise_cohort_of(c)]
+  simulated = [c for c in table.columns if epsilon_of(c) == 8.0 and noise_cohort_of(c)]
   ratios = {}
   for r in table.rows:
-    for c in columns:
+    for c in columns + simulated:
       summary = noise_summary(os.path.join(output_dir, "cells", r.key, c.key))
       for release in ("update", "statistics"):
         if summary.get(release):
@@ -309,12 +311,24 @@ def _plot(table: Table, output_dir: str) -> str | None:
       if ratio:
         right.plot(*zip(*ratio), marker="o", linestyle=style, color=color,
                    label=f"{r.name}: {release}")
+        color = right.lines[-1].get_color()
+      ratio = [(noise_cohort_of(c), ratios[(r.key, c.key, release)]) for c in simulated
+               if (r.key, c.key, release) in ratios]
+      if ratio:
+        right.plot(*zip(*ratio), marker="s" if release == "update" else "D", linestyle="none",
+                   fillstyle="none", color=color, label=f"{r.name}: {release}, simulated K'")
+    acc = [(noise_cohort_of(c), 100 * cells[(r.key, c.key)]) for c in simulated
+           if (r.key, c.key) in cells]
+    if acc:
+      left.plot(*zip(*acc), marker="o", linestyle="none", fillstyle="none", color=color,
+                label=f"{r.name}: noise of K' simulated")
   for name, style in (("raw_pixels", ":"), ("random_init", "--")):
     if name in base:
       left.axhline(100 * base[name], color="gray", linestyle=style, label=name.replace("_", " "))
   for ax in (left, right):
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("K: one-image users a round (FedAvg: the same images)")
+    ax.set_xlabel("K: one-image users a round (FedAvg: the same images)\n"
+                  "hollow: the largest K with the noise of K' users (simulated)")
   left.set_ylabel("main probe at ε = 8, mean of its label seeds (%)")
   right.set_yscale("log")
   right.set_ylabel("median noise / signal a round")
