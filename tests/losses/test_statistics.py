@@ -134,24 +134,34 @@ def test_per_client_losses_of_concatenated_clients_are_each_clients_own(name):
   np.testing.assert_allclose(got, want, rtol=1e-10)
 
 
+@pytest.mark.parametrize("pairs", [True, False, None])
 @pytest.mark.parametrize("name", sorted(losses.STATISTICS))
-def test_clipped_sums_clip_each_clients_sum_of_terms_by_its_norm(name):
+def test_clipped_sums_clip_each_clients_sum_of_terms_by_its_norm(name, pairs):
+  """Unequal clients (one-image ones included) whose rows are interleaved, and a client without
+  rows; each outer term's norms from within-client pairs and from the masked Gram matrices."""
   entry = losses.STATISTICS[name]
-  sizes = [1, 4, 2]
+  sizes = [1, 4, 2, 0, 1]
   f, g = encodings(sum(sizes), 5, seed=6)
-  bounds = np.cumsum([0] + sizes)
-  segments = np.repeat(np.arange(3), sizes)
-  sums = [{k: n * v.numpy() for k, v in entry.statistics(f[a:b], g[a:b]).items()}
-          for n, a, b in zip(sizes, bounds[:-1], bounds[1:])]
-  norms = np.array([np.sqrt(sum(np.sum(v ** 2) for v in s.values())) for s in sums])
-  clip = float(np.median(norms))
-  got, got_norms = entry.clipped_sum(f, g, segments, 3, clip)
+  segments = np.array([1, 0, 2, 1, 4, 1, 2, 1])
+  rows = [np.flatnonzero(segments == k) for k in range(len(sizes))]
+  assert [len(r) for r in rows] == sizes
+  sums = [{k: len(r) * v.numpy() for k, v in entry.statistics(f[r], g[r]).items()} if len(r)
+          else {k: 0.0 for k in entry.names} for r in rows]
+  norms = np.array([np.sqrt(sum(np.sum(np.square(v)) for v in s.values())) for s in sums])
+  clip = float(np.median(norms[norms > 0]))
+  got, got_norms = entry.clipped_sum(f, g, segments, len(sizes), clip, pairs=pairs)
   np.testing.assert_allclose(got_norms.numpy(), norms, rtol=1e-10)
-  factors = np.minimum(1.0, clip / norms)
+  factors = np.minimum(1.0, clip / np.where(norms > 0, norms, 1.0))
   assert factors.min() < 1.0
   for key in entry.names:
     want = sum(c * s[key] for c, s in zip(factors, sums))
     np.testing.assert_allclose(got[key].numpy(), want, rtol=1e-10, atol=1e-12)
+
+
+def test_client_rows_choose_pairs_for_small_clients_and_gram_for_one_large_client():
+  small = losses.statistics.ClientRows(np.arange(64), 64, dim=8)
+  large = losses.statistics.ClientRows(np.zeros(64, np.int32), 1, dim=8)
+  assert bool(small.use_pairs) and not bool(large.use_pairs)
 
 
 def test_cco_moved_into_the_registry_gives_the_same_numbers_to_the_digit():

@@ -75,22 +75,74 @@ class Term:
     total = tf.einsum("nk,ni,nj->kij", onehot, a, b)
     return total / n[:, None, None]
 
-  def client_sums(self, f, g, onehot, same) -> tuple[tf.Tensor, Callable]:
+  def client_sums(self, f, g, rows: "ClientRows") -> tuple[tf.Tensor, Callable]:
     """(||sum_{i in k} term_i||^2 for each client k [K], the weighted sum of the term over all rows
-    with per-row weights w [N, 1]). `onehot` [N, K]: each row's client; `same` [N, N]: 1 where two
-    rows are one client's. An outer term's norm comes from the rows' Gram matrices:
+    with per-row weights w [N, 1]). `rows`: each row's client. An outer term's norm comes from the
+    rows' dot products within each client (`ClientRows.pair_sums`):
     ||sum_{i in k} a_i b_i^T||^2 = sum_{i,j in k} (a_i . a_j)(b_i . b_j); no client's d x d matrix is
     formed."""
     a = self.of(f, g)
     if self.outer is None:
       a2 = tf.reshape(a, [tf.shape(a)[0], -1])
-      square = tf.reduce_sum(tf.square(tf.matmul(onehot, a2, transpose_a=True)), axis=1)
+      square = tf.reduce_sum(tf.square(rows.segment_sum(a2)), axis=1)
       return square, lambda w: tf.reduce_sum(tf.reshape(w, [-1] + [1] * (a.shape.rank - 1)) * a,
                                              axis=0)
     b = self.outer(f, g)
-    pair = tf.matmul(a, a, transpose_b=True) * tf.matmul(b, b, transpose_b=True) * same
-    square = tf.matmul(onehot, tf.reduce_sum(pair, axis=1, keepdims=True), transpose_a=True)[:, 0]
-    return tf.maximum(square, 0.0), lambda w: tf.matmul(w * a, b, transpose_a=True)
+    return (tf.maximum(rows.pair_sums(a, b), 0.0),
+            lambda w: tf.matmul(w * a, b, transpose_a=True))
+
+
+class ClientRows:
+  """The rows of a batch by client (`segments` [N]: each row's client in [0, count), any order):
+  per-client sums, and per-client sums over pairs of rows of one client, in O(sum_k N_k^2 d)
+  rather than the O(N^2 d) of the batch's Gram matrices (one-image clients: O(N d)).
+
+  `pairs`: enumerate the within-client pairs (i, j) (sum_k N_k^2 of them), or mask the batch's
+  [N, N] Gram matrices to one client's rows. None: pairs where their gathered rows take no more
+  memory than an [N, N] matrix (sum_k N_k^2 d <= N^2), the Gram matrices otherwise (a batch of
+  few large clients)."""
+
+  def __init__(self, segments, count, dim: int, pairs: bool | None = None):
+    self.segments = tf.convert_to_tensor(segments, tf.int32)
+    self.count = count
+    n = tf.size(self.segments)
+    sizes = tf.math.unsorted_segment_sum(tf.ones_like(self.segments), self.segments, count)
+    row_sizes = tf.gather(sizes, self.segments)  # Each row's client's size.
+    total = tf.reduce_sum(tf.cast(row_sizes, tf.int64))
+    n64 = tf.cast(n, tf.int64)
+    self.use_pairs = (tf.constant(bool(pairs)) if pairs is not None
+                      else total * max(int(dim), 1) <= n64 * n64)
+    self._sizes, self._row_sizes = sizes, row_sizes
+
+  def segment_sum(self, x: tf.Tensor) -> tf.Tensor:
+    """[K, ...] each client's sum of its rows of `x` [N, ...]."""
+    return tf.math.unsorted_segment_sum(x, self.segments, self.count)
+
+  def _pair_indices(self):
+    """(i, j, client) of every ordered pair of rows of one client (a row with itself included)."""
+    order = tf.argsort(self.segments, stable=True)  # Rows client by client.
+    ordered = tf.gather(self.segments, order)
+    starts = tf.cumsum(self._sizes, exclusive=True)
+    repeat = tf.gather(self._sizes, ordered)
+    left = tf.repeat(tf.range(tf.size(ordered)), repeat)  # Positions in `order`.
+    offset = tf.range(tf.reduce_sum(repeat)) - tf.repeat(tf.cumsum(repeat, exclusive=True), repeat)
+    right = tf.gather(starts, tf.gather(ordered, left)) + offset
+    return tf.gather(order, left), tf.gather(order, right), tf.gather(ordered, left)
+
+  def pair_sums(self, a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+    """[K]: sum_{i,j in k} (a_i . a_j)(b_i . b_j) for each client k (a, b [N, d])."""
+    def by_pairs():
+      i, j, client = self._pair_indices()
+      dots = (tf.reduce_sum(tf.gather(a, i) * tf.gather(a, j), 1)
+              * tf.reduce_sum(tf.gather(b, i) * tf.gather(b, j), 1))
+      return tf.math.unsorted_segment_sum(dots, client, self.count)
+
+    def by_gram():
+      same = tf.cast(tf.equal(self.segments[:, None], self.segments[None, :]), a.dtype)
+      pair = tf.matmul(a, a, transpose_b=True) * tf.matmul(b, b, transpose_b=True) * same
+      return self.segment_sum(tf.reduce_sum(pair, axis=1))
+
+    return tf.cond(self.use_pairs, by_pairs, by_gram)
 
 
 Statistics = Mapping[str, tf.Tensor]
@@ -158,17 +210,17 @@ class StatisticsLoss:
         (t.name, t.per_client_mean(f, g, segments, sizes)) for t in self.terms)
     return self.loss(stats, sizes, hparams)
 
-  def clipped_sum(self, f, g, segments, count, clip) -> tuple[collections.OrderedDict, tf.Tensor]:
+  def clipped_sum(self, f, g, segments, count, clip, pairs: bool | None = None
+                  ) -> tuple[collections.OrderedDict, tf.Tensor]:
     """sum_k min(1, clip / ||S_k||) S_k over the clients k of a batch, where S_k = N_k <>_k is client
     k's sum of the per-image terms and ||S_k|| the L2 norm of all of them together (DP-DCCO's
     phase-1 record, clipped per client); also the clients' norms [count]. `segments` [N]: each
-    row's client in [0, count)."""
+    row's client in [0, count). `pairs`: how outer terms' norms are summed (`ClientRows`)."""
     f = tf.convert_to_tensor(f)
     g = tf.convert_to_tensor(g, dtype=f.dtype)
     check_encodings(f, g)
-    onehot = tf.one_hot(segments, count, dtype=f.dtype)  # [N, K]
-    same = tf.matmul(onehot, onehot, transpose_b=True)  # [N, N]: rows of one client.
-    parts = [t.client_sums(f, g, onehot, same) for t in self.terms]
+    rows = ClientRows(segments, count, f.shape[1] or 1, pairs)
+    parts = [t.client_sums(f, g, rows) for t in self.terms]
     total = parts[0][0]
     for square, _ in parts[1:]:  # In the terms' order (CCO's numbers as they were).
       total = total + square
