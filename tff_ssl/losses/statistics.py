@@ -112,7 +112,7 @@ class ClientRows:
     n64 = tf.cast(n, tf.int64)
     self.use_pairs = (tf.constant(bool(pairs)) if pairs is not None
                       else total * max(int(dim), 1) <= n64 * n64)
-    self._sizes, self._row_sizes = sizes, row_sizes
+    self._sizes = sizes
 
   def segment_sum(self, x: tf.Tensor) -> tf.Tensor:
     """[K, ...] each client's sum of its rows of `x` [N, ...]."""
