@@ -79,7 +79,7 @@ SHARED_FIELDS = (
           lower=1),
     Field("predictor", (), "BYOL / SimSiam predictor layer sizes, ending at the projector's output "
           "(empty: 512,<projector output>).", item=int, lower=1),
-    ssl_model.HEAD_NORM,
+    ssl_model.HEAD_NORM, ssl_model.PROJECTOR_OUTPUT,
     *ssl_lib.HPARAMS.values(),
     centralized.STEPS, centralized.BATCH_SIZE, centralized.OPTIMIZER, centralized.LEARNING_RATE,
     centralized.WEIGHT_DECAY, optim.WARMUP_FRACTION,

@@ -75,6 +75,16 @@ def plain_model():
 
 
 @functools.lru_cache(maxsize=None)
+def unit_model():
+  """build_keras with each projection scaled to unit norm (--projector_output=unit)."""
+  def build():
+    x = tf.keras.Input(SHAPE)
+    return tf.keras.Model(x, models.build_mlp_head(64, [64, 32], unit_output=True)(small_encoder(x)))
+  tf.keras.utils.set_random_seed(1)
+  return FunctionalModel(build)
+
+
+@functools.lru_cache(maxsize=None)
 def predictor_model():
   tf.keras.utils.set_random_seed(1)
   return FunctionalModel(build_keras_with_predictor)
@@ -162,6 +172,19 @@ def test_dcco_grouped_equals_reference(model, steps, simulation):
   states = []
   want = run_two_rounds(DCCOProcess(model, SHAPE, SGD, config, REFERENCE), rounds, record=states)
   got = run_two_rounds(DCCOProcess(model, SHAPE, SGD, config, simulation), rounds, states=states)
+  assert_same_rounds(got, want)
+
+
+def test_dcco_grouped_equals_reference_with_unit_projections():
+  """--projector_output=unit is a per-image map: the batched pass of one-image and larger clients
+  still equals one client a slot."""
+  config = DCCOConfig(client_learning_rate=LR["cco"], local_steps=1, augment=AUGMENT, seed=SEED)
+  rounds = rounds_of_clients(DCCO_ROUNDS)
+  states = []
+  want = run_two_rounds(DCCOProcess(unit_model(), SHAPE, SGD, config, REFERENCE), rounds,
+                        record=states)
+  got = run_two_rounds(DCCOProcess(unit_model(), SHAPE, SGD, config, Simulation()), rounds,
+                       states=states)
   assert_same_rounds(got, want)
 
 

@@ -133,6 +133,37 @@ def test_group_norm_equals_keras_group_normalization_with_an_unknown_batch(shape
   assert ours.name.startswith("group_normalization")  # Automatic names as Keras' layer's.
 
 
+def test_unit_output_scales_each_projection_to_unit_norm():
+  """--projector_output=unit: the linear head's rows, each divided by its own norm (the same
+  weights, no new ones), in a batch of rows of very different scales."""
+  tf.keras.utils.set_random_seed(0)
+  linear = models.build_mlp_head(16, [32, 8])
+  unit = models.build_mlp_head(16, [32, 8], unit_output=True)
+  assert len(unit.weights) == len(linear.weights)
+  unit.set_weights(linear.get_weights())
+  x = tf.random.stateless_normal((5, 16), seed=[0, 1]) * tf.constant([[1e-3], [1.0], [10.0],
+                                                                       [1e3], [1.0]])
+  z, want = unit(x).numpy(), linear(x).numpy()
+  np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(z, want / np.linalg.norm(want, axis=1, keepdims=True), rtol=1e-5,
+                             atol=1e-7)
+
+
+@pytest.mark.parametrize("head_norm", ["group", "batch"])
+def test_projector_output_field_reaches_the_projector_only(head_norm):
+  from tff_ssl.experiment import ExperimentConfig  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated import ssl_model  # pylint: disable=g-import-not-at-top
+  config = ExperimentConfig(method="fedavg", ssl="byol", head_norm=head_norm,
+                            projector_output="unit", local_batch_size=4)
+  projector, predictor = ssl_model.head_options(config)
+  assert projector["unit_output"] and "unit_output" not in predictor
+  default = ssl_model.head_options(ExperimentConfig(method="fedavg", ssl="byol", head_norm=head_norm,
+                                                    local_batch_size=4))[0]
+  assert "unit_output" not in default
+  with pytest.raises(ValueError, match="projector_output"):
+    ExperimentConfig(projector_output="l2")
+
+
 def test_ssl_model_projects_images():
   tf.keras.utils.set_random_seed(0)
   m = models.build_ssl_model("resnet14", (16, 16, 1), [32, 32, 16], width=0.5)

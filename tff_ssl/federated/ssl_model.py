@@ -14,18 +14,24 @@ HEAD_NORM = Field("head_norm", "group", "The SSL heads' normalization: group (Gr
                   "image) or batch (statistics of each client's own batch, per view: the SSL "
                   "method's published heads; needs >= 2 images a client, not DCCO).",
                   choices=("group", "batch"))
+PROJECTOR_OUTPUT = Field("projector_output", "linear", "The projector's output: linear (its last "
+                         "Dense layer's) or unit (each projection scaled to unit L2 norm, so an "
+                         "image's encoding statistics are bounded whatever the encoder's scale: "
+                         "DP-DCCO's statistics release).", choices=("linear", "unit"))
 
 
 def head_options(config) -> tuple[dict, dict]:
   """`models.build_mlp_head` options of the projector and of the predictor under `config.head_norm`:
-  GroupNorm heads, or the SSL method's published batch-normalized heads (`SSLMethod.batch_heads`)."""
+  GroupNorm heads, or the SSL method's published batch-normalized heads (`SSLMethod.batch_heads`);
+  the projector's output scaled to unit norm under `config.projector_output="unit"`."""
   norm = getattr(config, "head_norm", "group")
+  unit = {"unit_output": True} if getattr(config, "projector_output", "linear") == "unit" else {}
   if norm != "batch":
-    return {"norm": norm}, {"norm": norm}
+    return {"norm": norm, **unit}, {"norm": norm}
   layout = ssl_lib.get(config.ssl).batch_heads
   projector = ({"norm": "none"} if layout == "none" else
                {"norm": "batch", "output_norm": layout == "hidden+output"})
-  return projector, {"norm": "batch"}
+  return {**projector, **unit}, {"norm": "batch"}
 
 
 def ssl_model_builder(config, image_shape, features: bool = False):

@@ -5,8 +5,9 @@ last projection layer" (Sec. 4.1): `norm="group"`, every head's default. `norm="
 statistics instead (`BatchStatNormalization`: over the client's own batch, per view), the published
 heads of BYOL, SimSiam, SimCLR and MoCo v3, where GroupNorm heads let BYOL and SimSiam solve their loss
 without the encoder learning (DCCO's Appendix C). `output_norm` adds a non-affine batch normalization
-after the last layer (SimSiam's and MoCo v3's projectors), whose bias it replaces. Sizes are the
-output widths of each layer, e.g. [1024, 1024, 1024].
+after the last layer (SimSiam's and MoCo v3's projectors), whose bias it replaces. `unit_output`
+scales each output row to unit L2 norm (`--projector_output=unit`). Sizes are the output widths of
+each layer, e.g. [1024, 1024, 1024].
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tff_ssl.models.layers import BatchStatNormalization, group_norm
+from tff_ssl.models.layers import BatchStatNormalization, UnitNorm, group_norm
 
 HEAD_NORMS = ("group", "batch", "none")
 
@@ -24,10 +25,11 @@ MIN_HEAD_GROUP_SIZE = 4
 
 
 def build_mlp_head(input_dim: int, sizes: Sequence[int], *, name: str = "projector",
-                   norm: str = "group", output_norm: bool = False) -> tf.keras.Model:
+                   norm: str = "group", output_norm: bool = False,
+                   unit_output: bool = False) -> tf.keras.Model:
   """An MLP [B, input_dim] -> [B, sizes[-1]]: hidden layers Dense-`norm`-ReLU ("none": Dense-ReLU),
   the last a Dense with a bias, or without one and followed by a non-affine batch normalization
-  (`output_norm`, batch heads only)."""
+  (`output_norm`, batch heads only); then, with `unit_output`, each row scaled to unit norm."""
   sizes = list(sizes)
   if not sizes or any(int(s) <= 0 for s in sizes):
     raise ValueError(f"head sizes must be a non-empty list of positive ints; got {sizes}")
@@ -50,4 +52,6 @@ def build_mlp_head(input_dim: int, sizes: Sequence[int], *, name: str = "project
       x = tf.keras.layers.ReLU(name=f"{name}_relu{i + 1}")(x)
   if output_norm:
     x = BatchStatNormalization(affine=False, name=f"{name}_bn_out")(x)
+  if unit_output:
+    x = UnitNorm(name=f"{name}_unit")(x)
   return tf.keras.Model(inputs, x, name=name)
