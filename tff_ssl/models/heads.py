@@ -16,7 +16,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tff_ssl.models.layers import BatchStatNormalization, UnitNorm, group_norm
+from tff_ssl.models.layers import BatchStatNormalization, group_norm
 
 HEAD_NORMS = ("group", "batch", "none")
 
@@ -53,5 +53,7 @@ def build_mlp_head(input_dim: int, sizes: Sequence[int], *, name: str = "project
   if output_norm:
     x = BatchStatNormalization(affine=False, name=f"{name}_bn_out")(x)
   if unit_output:
-    x = UnitNorm(name=f"{name}_unit")(x)
+    # Keras' per-row L2 normalization: no weights, a per-image map, so a grouped round and a
+    # centralized batch see the same rows.
+    x = tf.keras.layers.UnitNormalization(axis=-1, name=f"{name}_unit")(x)
   return tf.keras.Model(inputs, x, name=name)

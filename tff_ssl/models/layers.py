@@ -185,13 +185,3 @@ class BatchStatNormalization(tf.keras.layers.Layer):
 
   def get_config(self):
     return {**super().get_config(), "affine": self.affine, "epsilon": self.epsilon}
-
-
-class UnitNorm(tf.keras.layers.Layer):
-  """Each row scaled to unit L2 norm (`tf.math.l2_normalize`, epsilon 1e-12 on the squared norm):
-  a per-image map with no weights, so a grouped round and a centralized batch see the same rows.
-  The projector's `--projector_output=unit`: every image's encoding statistics are then bounded
-  (CCO's: at most sqrt(5) in norm), whatever the encoder's scale."""
-
-  def call(self, inputs):
-    return tf.math.l2_normalize(inputs, axis=-1)
