@@ -154,9 +154,9 @@ def test_ledger_accounts_the_simulated_cohort_and_the_runs_own(client_sampling):
     (dict(dp_noise_cohort=100, dp="off", dp_noise_multiplier=0.0), "only with --dp"),
     (dict(dp_statistics_quantile=1.0), "dp_statistics_quantile"),
     (dict(dp_statistics_quantile=0.0), "dp_statistics_quantile"),
-    (dict(dp_statistics_clip_rate=0.0), "dp_statistics_clip_rate"),
+    (dict(dp_statistics_clip_rate=-0.1), "dp_statistics_clip_rate"),
 ], ids=["below the cohort", "above the population", "without DP", "quantile 1", "quantile 0",
-        "clip rate 0"])
+        "negative clip rate"])
 def test_noise_cohort_refusals(fields, reason):
   base = dict(DCCO, dp="gaussian_fixed", dp_noise_multiplier=1.0)
   with pytest.raises(ValueError) as e:
@@ -232,3 +232,29 @@ def test_an_adaptive_rounds_noise_multiplier_is_the_calibrated_sigma(noise_cohor
       pytest.approx(1.5, rel=1e-6))
   assert accounting.noise_multiplier(dp_accounting.GaussianDpEvent(0.7)) == 0.7
   assert accounting.noise_multiplier(dp_accounting.NonPrivateDpEvent()) == 0.0
+
+
+@pytest.mark.parametrize("noise_cohort", [0, 400])
+def test_a_fixed_statistics_clip_beside_an_adaptive_update_clip(noise_cohort):
+  """gaussian_adaptive at --dp_statistics_clip_rate=0: the statistics release is a fixed clip's
+  Gaussian sum whose noise is the whole sigma times its clip (none of it split off to a clipped
+  count), times K / K' with a noise cohort; the update's release stays TFF's adaptive query."""
+  p = PrivacyConfig(dp="gaussian_adaptive", noise_multiplier=1.5, clip=2.0, statistics_clip=3.0,
+                    statistics_clip_rate=0.0, population=1000, clients_per_round=100,
+                    noise_cohort=noise_cohort, releases=2)
+  assert not p.release_adaptive(statistics=True) and p.release_adaptive(statistics=False)
+  scale = 100 / noise_cohort if noise_cohort else 1.0
+  for statistics, events in ((True, 1), (False, 2)):
+    query = p.query(1.5, 100.0, statistics=statistics)
+    state = query.initial_global_state()
+    sample = query.initial_sample_state(tf.TensorSpec([3], tf.float32))
+    _, _, event = query.get_noised_result(sample, state)
+    assert len(getattr(event, "events", [event])) == events
+    assert accounting.noise_multiplier(accounting.scaled(event, 1.0 / scale)) == (
+        pytest.approx(1.5, rel=1e-6))
+  numerator = p.query(1.5, 100.0, statistics=True).inner._numerator  # pylint: disable=protected-access
+  assert numerator._l2_norm_clip == 3.0  # pylint: disable=protected-access
+  assert numerator._stddev == pytest.approx(3.0 * 1.5 * scale)  # pylint: disable=protected-access
+  spec = [tf.TensorSpec([3], tf.float32)]
+  assert not PrivateRelease(p, 1.5, 100.0, spec, statistics=True).adaptive
+  assert PrivateRelease(p, 1.5, 100.0, spec, release=1).adaptive

@@ -186,3 +186,28 @@ def test_adaptive_dp_dcco_moves_both_clips_as_the_loop_does():
         loop_metrics["aggregation"][f"{release}_clipped_fraction"])
   spread.within("adaptive DP-DCCO, round 2: batched clipping vs the per-client loop",
                 spread.relative_gap(update, loop_update), 1e-3)
+
+
+def test_a_fixed_statistics_clip_stays_while_the_update_clip_moves():
+  """gaussian_adaptive at --dp_statistics_clip_rate=0: the statistics clip stays at
+  --dp_statistics_clip round after round while the update's adapts, and the batched passes give
+  the per-client loop's clips, clipped fractions and update."""
+  _, clients = test_dcco.make_clients([1, 2, 1, 4, 1, 9, 1])
+  got, history = {}, []
+  for loop in (True, False):
+    got[loop] = _dp_round(loop, clients, clip=75.0, dp="gaussian_adaptive", statistics_clip=50.0,
+                          rounds=2, statistics_clip_rate=0.0,
+                          history=None if loop else history)
+  (loop_update, loop_metrics), (update, metrics) = got[True], got[False]
+  assert [h["statistics_clip"] for h in history] == [50.0, 50.0]
+  assert 0 < history[0]["statistics_clipped_fraction"] < 1  # The clip binds, and does not move.
+  unclipped = 1.0 - history[0]["update_clipped_fraction"]
+  assert history[1]["update_clip"] == pytest.approx(75.0 * math.exp(-0.2 * (unclipped - 0.5)),
+                                                    rel=1e-5)
+  for release in ("update", "statistics"):
+    assert metrics["aggregation"][f"{release}_clip"] == pytest.approx(
+        loop_metrics["aggregation"][f"{release}_clip"], rel=1e-6)
+    assert metrics["aggregation"][f"{release}_clipped_fraction"] == (
+        loop_metrics["aggregation"][f"{release}_clipped_fraction"])
+  spread.within("DP-DCCO, fixed statistics clip, round 2: batched clipping vs the per-client loop",
+                spread.relative_gap(update, loop_update), 1e-3)

@@ -104,8 +104,10 @@ DP_STATISTICS_QUANTILE = Field(
 DP_STATISTICS_CLIP_RATE = Field(
     "dp_statistics_clip_rate", 0.2, "DP-DCCO with --dp=gaussian_adaptive: the statistics clip's "
     "geometric learning rate (a round moves it by exp(-rate (unclipped fraction - quantile)); "
-    "TFF's 0.2, which the update's clip keeps). Larger follows fast-shrinking norms.",
-    lower=0, open_lower=True)
+    "TFF's 0.2, which the update's clip keeps). Larger follows fast-shrinking norms. 0: the "
+    "statistics clip stays at --dp_statistics_clip, a fixed clip noised with the whole noise "
+    "multiplier (none of it spent on a clipped count), beside the update's adaptive clip: for "
+    "statistics of bounded norm (--projector_output=unit).", lower=0)
 
 
 

@@ -108,8 +108,9 @@ class PrivacyConfig:
     if not 0 < self.statistics_quantile < 1:
       raise ValueError(f"--dp_statistics_quantile must lie in (0, 1) (the fraction of clients "
                        f"left unclipped); got {self.statistics_quantile}")
-    if not self.statistics_clip_rate > 0:
-      raise ValueError(f"--dp_statistics_clip_rate must be > 0; got {self.statistics_clip_rate}")
+    if not self.statistics_clip_rate >= 0:
+      raise ValueError(f"--dp_statistics_clip_rate must be >= 0 (0: a fixed statistics clip); "
+                       f"got {self.statistics_clip_rate}")
     for name, value in (("dp_clip", self.clip), ("dp_statistics_clip", self.statistics_clip)):
       if not value >= 0:
         raise ValueError(f"--{name} must be >= 0 (0: no clipping); got {value}")
@@ -150,6 +151,12 @@ class PrivacyConfig:
   @property
   def adaptive(self) -> bool:
     return self.dp == "gaussian_adaptive"
+
+  def release_adaptive(self, statistics: bool = False) -> bool:
+    """Whether a release's clip adapts: every release's under gaussian_adaptive, except a release
+    of statistics at --dp_statistics_clip_rate=0 (its clip fixed at --dp_statistics_clip, noised
+    with the whole sigma, beside the update's adaptive clip)."""
+    return self.adaptive and not (statistics and self.statistics_clip_rate == 0)
 
   @property
   def unclipped(self) -> bool:
@@ -215,7 +222,7 @@ class PrivacyConfig:
     denominator, which it is unless a client's value is a sum over its N_k images, as DCCO's)."""
     records = float(denominator if records is None else records)
     clip = self.clip_value(statistics)
-    if self.adaptive:
+    if self.release_adaptive(statistics):
       # TFF's split of the total sigma between the values and the clipped count.
       # A simulated noise cohort: the K'-client round's split (its count over K' / K as many
       # records), both noises scaled by K / K' as the fixed clip's is.

@@ -43,6 +43,7 @@ class PrivateRelease:
     self.query = privacy.query(sigma, denominator, release, statistics=statistics, presummed=True,
                                value_specs=self.value_specs, records=records)
     self.clip = privacy.clip_value(statistics)
+    self.adaptive = privacy.release_adaptive(statistics)
     # The secure sum's range: a record's entries lie within the clip; a slot's sum within `bound`.
     self.bound = float(bound if bound is not None else self.clip)
 
@@ -83,7 +84,7 @@ class PrivateRelease:
     before the clip, as `fold` would give it. gaussian_adaptive's record also holds the clients'
     votes on the clip (tfp's quantile estimator reads only a record's norm: each vote is its
     `preprocess_record` of the norm)."""
-    if self.privacy.adaptive:
+    if self.adaptive:
       numerator = self.query.inner._numerator  # pylint: disable=protected-access
       estimator = numerator._quantile_estimator_query  # pylint: disable=protected-access
       votes = tf.map_fn(
@@ -96,7 +97,7 @@ class PrivateRelease:
 
   def value_of(self, record):
     """The clipped values' part of a record (gaussian_adaptive's also holds the clip votes)."""
-    return record.sum_state if self.privacy.adaptive else record
+    return record.sum_state if self.adaptive else record
 
   # -- TFF ---------------------------------------------------------------------------------------
   def types(self):
