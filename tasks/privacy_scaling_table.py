@@ -138,9 +138,7 @@ def epsilon_of(column: Column) -> float:
   return dict(column.overrides).get("dp_target_epsilon", math.inf)
 
 
-# Why the simulated noise cohorts run one row: they extrapolate DP-DCCO's accuracy against z / K to
-# the cohort at which it would pass the gate (issue 53's acceptance), which the real cohorts cannot
-# reach on 2 cores; the comparison rows run the real cohorts, where the claims compare real rounds.
+# The row the simulated noise cohorts run (why: SIMULATED_NOTE, issue 53's extrapolated cohort).
 EXTRAPOLATED = "dcco_cco"
 SIMULATED_NOTE = ("The simulated noise cohorts run DP-DCCO (CCO) alone: they extrapolate its accuracy "
                   "against z / K to the cohort at which it would pass the gate; the comparison rows "
