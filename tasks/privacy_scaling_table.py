@@ -110,14 +110,15 @@ def _columns(rounds: dict[int, int], extrapolate: tuple[int, ...], population: i
     in_images = [("clients_per_round", k)]
     if noise_cohort:
       in_images.append(("dp_noise_cohort", noise_cohort))
-    cols.append(Column(key, "ε = 8" if eps == 8 else "largest K", title=title,
+    group = "no DP" if math.isinf(eps) else f"ε = {eps:g}"
+    cols.append(Column(key, group, title=title,
                        overrides=tuple(overrides), in_images=tuple(in_images)))
 
   for k in ks:
     cohort(k, 8.0, f"k{k}", f"K = {k:,}")
   best = ks[-1]
-  cohort(best, 2.0, f"k{best}_eps2", f"K = {best:,}, ε = 2")
-  cohort(best, math.inf, f"k{best}_nodp", f"K = {best:,}, no DP")
+  cohort(best, 2.0, f"k{best}_eps2", f"K = {best:,}")
+  cohort(best, math.inf, f"k{best}_nodp", f"K = {best:,}")
   for k_noise in extrapolate:
     if best < k_noise <= population:
       cohort(best, 8.0, f"k{best}_as{k_noise}",
