@@ -245,7 +245,7 @@ def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
       got = [ours.get((k, r.key, c.key)) for k in gate.evaluations]
       if all(isinstance(v, float) for v in base + got):
         lost = " / ".join(f"{100 * (a - b):+.1f}" for a, b in zip(got, base))
-        lines.append(f"{r.name} at {c.label}: {' / '.join(table_report.fmt(v) for v in got)} "
+        lines.append(f"{r.name} at {c.label}, {c.group}: {' / '.join(table_report.fmt(v) for v in got)} "
                      f"({lost} points from no DP at K = {cohort_of(nodp[0]):,})")
   return lines
 
@@ -279,7 +279,7 @@ def appendix(table: Table, output_dir: str) -> str:
         return f"{s['noise_to_signal']:.3g}, {s['clipped_fraction']:.2f}" if s else "-"
 
       rounds = dict(c.overrides).get("rounds", r.config.rounds)
-      lines.append(f"| {r.name} | {c.label} | {rounds:,} | {results.get('epsilon', math.nan):.3f} | "
+      lines.append(f"| {r.name} | {c.label}, {c.group} | {rounds:,} | {results.get('epsilon', math.nan):.3f} | "
                    f"{_noise_multiplier(results, table.cell_config(r, c)):.3f} | "
                    f"{release('statistics')} | "
                    f"{release('update')} | {results.get('dp_label') or '-'} |")

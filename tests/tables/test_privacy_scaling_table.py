@@ -109,7 +109,7 @@ def test_checks_appendix_and_plot(tmp_path):
   assert fedavg["update"]["noise_to_signal"] == pytest.approx(200 / 128)
   text = scaling.appendix(table, out)
   assert os.path.exists(os.path.join(out, "privacy_scaling.png")) and "privacy_scaling.png" in text
-  assert "| DP-DCCO (CCO) | K = 1,024 | 900 | 7.999 | 2.000 | 0.00977, 0.50 | 0.195, 0.40 | - |" \
+  assert "| DP-DCCO (CCO) | K = 1,024, ε = 8 | 900 | 7.999 | 2.000 | 0.00977, 0.50 | 0.195, 0.40 | - |" \
       in text, text
   assert "noise simulated for a cohort of 16384 |" in text
   cells, _ = scaling.main_probe(table, out)
@@ -119,7 +119,7 @@ def test_checks_appendix_and_plot(tmp_path):
   lines = scaling.checks(table, records, gates.passing(records))
   assert any(l.startswith("DP-DCCO (CCO) at ε = 8, largest cohort run (K = 4,096): passes")
              for l in lines), lines
-  assert any(l.startswith("DP-DCCO (CCO) at K = 128: 55.0 / 56.0 (-17.0 / -17.0 points from no DP")
+  assert any(l.startswith("DP-DCCO (CCO) at K = 128, ε = 8: 55.0 / 56.0 (-17.0 / -17.0 points from no DP")
              for l in lines), lines
   failing = scaling.checks(table, records, gates.passing(records, but=[("dcco_vicreg", "k4096")]))
   assert any(l.startswith("DP-DCCO (VICReg) at ε = 8, largest cohort run (K = 4,096): does not "
