@@ -7,7 +7,8 @@
   random_init.json    the baselines: raw pixels and the encoder at its initialization under each
                       frozen-feature evaluation (the primary one's random init is the curves' round 0)
   table.md, table.csv our numbers beside the paper's; curves.png: linear-probe accuracy over rounds
-  timing.json         seconds per cell and for the whole table
+  timing.json         seconds per cell (a cell run in interrupted parts: their sum) and per
+                      invocation of the whole table
 
 Resumable: a cell whose results.json (or failed.json) exists is skipped; an interrupted federated cell
 resumes from its latest checkpoint (a centralized cell restarts). A run whose loss diverges is recorded
@@ -127,14 +128,28 @@ class _Plan:
 def _timed_run(config, output_dir: str, path: str, timing: dict[str, Any], **kwargs
                ) -> tuple[dict[str, Any], bool]:
   """`_run_or_fail` of the run folder `output_dir/path` and whether it ran now (not finished
-  before); the wall time of a run goes to timing.json."""
+  before); the wall time of a run goes to timing.json. A run interrupted (Ctrl-C, SIGTERM: a
+  session's end) leaves its time so far in timing.json's "interrupted"; the run that resumes it adds
+  that in, so that a cell run in parts reports the sum of its parts. A cell whose folder is gone
+  starts over, and so does its time."""
   run_dir = os.path.join(output_dir, path)
   finished = any(os.path.exists(os.path.join(run_dir, f)) for f in ("results.json", "failed.json"))
+  timing_path = os.path.join(output_dir, "timing.json")
+  before = 0.0 if not os.path.isdir(run_dir) else timing.get("interrupted", {}).get(path, 0.0)
   start = time.perf_counter()
-  result = _run_or_fail(config, run_dir, **kwargs)
+  try:
+    result = _run_or_fail(config, run_dir, **kwargs)
+  except (KeyboardInterrupt, SystemExit):
+    if not finished:
+      timing.setdefault("interrupted", {})[path] = round(before + time.perf_counter() - start, 1)
+      _write_json(timing_path, timing)
+    raise
   if not finished:
-    timing["runs"][path] = round(time.perf_counter() - start, 1)
-    _write_json(os.path.join(output_dir, "timing.json"), timing)
+    timing["runs"][path] = round(before + time.perf_counter() - start, 1)
+    timing.get("interrupted", {}).pop(path, None)
+    if not timing.get("interrupted", True):
+      del timing["interrupted"]
+    _write_json(timing_path, timing)
   return result, not finished
 
 

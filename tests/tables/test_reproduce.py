@@ -5,6 +5,9 @@ import csv
 import dataclasses
 import json
 import os
+import shutil
+import time
+import types
 
 import pytest
 
@@ -122,13 +125,36 @@ def test_end_to_end_selection_resume_and_failures(tmp_path, monkeypatch):
   timing = lambda: json.load(open(os.path.join(out, "timing.json")))["invocations"]  # noqa: E731
   assert len(timing()) == 2  # A refused invocation is not part of the table's run time ...
 
+  # The clock reproduce reads: an interrupted part of the dcco cell lasts 1,000 s on it.
+  offset = [0.0]
+  monkeypatch.setattr(reproduce, "time", types.SimpleNamespace(
+      perf_counter=lambda: time.perf_counter() + offset[0]))
+
   def interrupted(config, output_dir, **kwargs):
+    offset[0] += 1000.0
     raise KeyboardInterrupt
   monkeypatch.setattr(experiment, "run", interrupted)
   os.remove(os.path.join(out, "cells", "dcco", "iid_4", "results.json"))
   with pytest.raises(KeyboardInterrupt):
     reproduce.reproduce(table, out, progress=False)
-  assert len(timing()) == 3 and timing()[-1] > 0  # ... an interrupted one is (sessions end).
+  assert len(timing()) == 3 and timing()[-1] > 1000  # ... an interrupted one is (sessions end).
+  with pytest.raises(KeyboardInterrupt):  # Interrupted twice: the parts add up.
+    reproduce.reproduce(table, out, progress=False)
+  runs = lambda: json.load(open(os.path.join(out, "timing.json")))  # noqa: E731
+  assert 2000 <= runs()["interrupted"]["cells/dcco/iid_4"] < 2100
+  # The run that finishes the cell reports its time with the interrupted parts'.
+  monkeypatch.setattr(experiment, "run", real_run)
+  reproduce.reproduce(table, out, progress=False)
+  assert runs()["runs"]["cells/dcco/iid_4"] >= 2000 and "interrupted" not in runs()
+  # A cell deleted to run again starts its time over.
+  monkeypatch.setattr(experiment, "run", interrupted)
+  os.remove(os.path.join(out, "cells", "dcco", "iid_4", "results.json"))
+  with pytest.raises(KeyboardInterrupt):
+    reproduce.reproduce(table, out, progress=False)
+  shutil.rmtree(os.path.join(out, "cells", "dcco", "iid_4"))
+  with pytest.raises(KeyboardInterrupt):
+    reproduce.reproduce(table, out, progress=False)
+  assert 1000 <= runs()["interrupted"]["cells/dcco/iid_4"] < 1100
 
 
 def test_cells_and_skips():
