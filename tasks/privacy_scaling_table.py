@@ -361,10 +361,12 @@ def _plot(table: Table, output_dir: str) -> str | None:
 def _table(scale: str, rows: tuple[Row, ...], columns: tuple[Column, ...], notes: tuple[str, ...],
            evaluations: tuple[Evaluation, ...], gate: tuple[str, ...]) -> Table:
   nodp = [c.key for c in columns if math.isinf(epsilon_of(c))]
+  convention = privacy_lib.conventions(r.config for r in rows)
   return Table(
       name=NAME, scale=scale, title=TITLE, rows=rows, columns=columns, evaluations=evaluations,
       paper={}, curve_every=0, selection_column=nodp[0], supervised_epochs=0, notes=notes,
-      checks=checks, claims=claims(rows), appendix=appendix, column_heading="cohort and privacy",
+      checks=checks, claims=claims(rows), appendix=appendix,
+      column_heading=f"cohort and privacy (ε by {convention})",
       gate_evaluations=gate)
 
 

@@ -40,6 +40,7 @@ import math
 import os
 
 from tff_ssl import evaluation, table_report
+from tff_ssl import privacy as privacy_lib
 from tff_ssl.experiment import ExperimentConfig
 from tasks import dcco_table1
 from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Column, Evaluation, Row, Table
@@ -212,10 +213,12 @@ def _plot(table: Table, output_dir: str) -> str | None:
 def _table(scale: str, rows: tuple[Row, ...], notes: tuple[str, ...],
            evaluations: tuple[Evaluation, ...], gate: tuple[str, ...]) -> Table:
   columns = _columns()
+  convention = privacy_lib.conventions(r.config for r in rows)
   return Table(
       name=NAME, scale=scale, title=TITLE, rows=rows, columns=columns, evaluations=evaluations,
       paper={}, curve_every=0, selection_column=columns[0].key, supervised_epochs=0, notes=notes,
-      checks=checks, claims=claims(rows), appendix=appendix, column_heading="privacy",
+      checks=checks, claims=claims(rows), appendix=appendix,
+      column_heading=f"privacy (ε by {convention})",
       gate_evaluations=gate)
 
 

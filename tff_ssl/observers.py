@@ -124,8 +124,9 @@ class WeightNorms(Observer):
 class PrivacyLedger(Observer):
   """A DP run's accounting: each round's releases (the events its process reports, as TFF's DP
   factory records them) composed under the run's client sampling (`--client_sampling`: fixed-size
-  without replacement, or Poisson), epsilon at delta = 1 / population after every round
-  (`privacy.accounting`), released as `epsilon`. With a simulated noise cohort K'
+  without replacement, or Poisson) by its accountant (`--dp_accountant`: RDP or PLD), epsilon at
+  delta = 1 / population after every round (`privacy.accounting`), released as `epsilon`, and its
+  convention beside it (`convention_fields`; metrics.csv's `epsilon_convention`). With a simulated noise cohort K'
   (`--dp_noise_cohort`) `epsilon` is the K'-client run's (its noise multiplier, q = K' / N:
   the label says so) and `epsilon_actual` this run's own (the scaled noise, q = K / N). A resumed
   run's earlier rounds ran the same mechanism: they enter the ledger with the first round it runs."""
@@ -133,9 +134,10 @@ class PrivacyLedger(Observer):
   def __init__(self, config):
     self.config = config
     self.privacy = privacy_lib.from_config(config)
-    self.ledger = accounting.Ledger(self.privacy.delta, self.privacy.sampling)
-    self.actual = (accounting.Ledger(self.privacy.delta, self.privacy.sampling)
-                   if self.privacy.noise_cohort else None)
+    p = self.privacy
+    self.ledger = accounting.Ledger(p.delta, p.sampling, p.accountant)
+    self.actual = (accounting.Ledger(p.delta, p.sampling, p.accountant)
+                   if p.noise_cohort else None)
     self.noise_multipliers: list[float] = []
 
   def after_round(self, round_num, state, metrics, released):
@@ -163,7 +165,7 @@ class PrivacyLedger(Observer):
     out = {"dp": self.config.dp, "epsilon": self.ledger.epsilon(), "delta": self.privacy.delta,
            "dp_noise_multiplier": self.noise_multipliers[0] if self.noise_multipliers else None,
            "dp_rounds": sum(self.ledger.rounds.values()),
-           "client_sampling": self.privacy.sampling}
+           "client_sampling": self.privacy.sampling, **convention_fields(self.privacy.convention)}
     if self.actual is not None:
       out.update(dp_noise_cohort=self.privacy.noise_cohort, dp_label=self.privacy.label,
                  epsilon_actual=self.actual.epsilon(),
@@ -177,6 +179,20 @@ def constant_columns(config) -> dict:
   noise cohort's K' (`dp_noise_cohort`: "noise simulated for a cohort of K'")."""
   cohort = getattr(config, "dp_noise_cohort", 0) if getattr(config, "dp", "off") != "off" else 0
   return {"dp_noise_cohort": np.float32(cohort)} if cohort else {}
+
+
+def convention_fields(conv: accounting.Convention) -> dict:
+  """What results.json carries beside epsilon: how it is stated."""
+  return {"dp_accountant": conv.accountant, "dp_relation": conv.relation,
+          "dp_convention": conv.key, "dp_convention_label": conv.label}
+
+
+def text_columns(config) -> dict:
+  """Text columns of every metrics.csv row (not TensorBoard's, which holds numbers): a DP run's
+  `epsilon_convention` (`accounting.Convention.key`, e.g. "pld/poisson/add_remove")."""
+  if getattr(config, "dp", "off") == "off":
+    return {}
+  return {"epsilon_convention": privacy_lib.from_config(config).convention.key}
 
 
 def privacy_ledger(config) -> PrivacyLedger | None:
@@ -214,15 +230,15 @@ class MetricSinks(Observer):
   """metrics.csv and TensorBoard (`released`), aggregation.csv (the round's measurements: many
   columns), and `history`, the released rows a checkpoint holds."""
 
-  def __init__(self, output_dir: str, history: list):
-    self.history = history
+  def __init__(self, output_dir: str, history: list, text: dict | None = None):
+    self.history, self.text = history, text or {}
     self.csv = CSVReleaseManager(os.path.join(output_dir, "metrics.csv"), key_fieldname="round")
     self.tensorboard = tff.program.TensorBoardReleaseManager(os.path.join(output_dir, "tensorboard"))
     self.aggregation = CSVReleaseManager(os.path.join(output_dir, "aggregation.csv"),
                                          key_fieldname="round")
 
   def after_round(self, round_num, state, metrics, released):
-    asyncio.run(self.csv.release(released, key=round_num))
+    asyncio.run(self.csv.release({**released, **self.text}, key=round_num))
     self.history.append([released.get(k, np.nan) for k in RELEASED])
     asyncio.run(self.tensorboard.release(released, key=round_num))
     if metrics.get("aggregation"):
@@ -297,7 +313,8 @@ class Checkpoints(Observer):
 class ProgressBar(Observer):
   """The rounds' progress bar (tqdm): the loss, and epsilon with DP."""
 
-  def __init__(self, rounds: int, initial: int, enabled: bool):
+  def __init__(self, rounds: int, initial: int, enabled: bool, convention: str = ""):
+    self.convention = convention  # How epsilon is stated (`accounting.Convention.label`).
     self.bar = progress_lib.bar(rounds, desc="rounds", unit="round", initial=initial,
                                 enabled=enabled)
 
@@ -305,8 +322,8 @@ class ProgressBar(Observer):
     self.bar.update(1)
     postfix = {"loss": f"{metrics['loss']:.2f}"}
     if "epsilon" in released:  # Infinite only without noise: the clip-only diagnostic.
-      postfix["eps"] = (f"{released['epsilon']:.2f}" if np.isfinite(released["epsilon"]) else
-                        "inf (no noise: not private)")
+      postfix["eps"] = (f"{released['epsilon']:.2f} ({self.convention})"
+                        if np.isfinite(released["epsilon"]) else "inf (no noise: not private)")
       if released.get("dp_noise_cohort"):  # A simulated noise cohort's epsilon, so labelled.
         postfix["eps"] += f" (noise simulated for a cohort of {int(released['dp_noise_cohort'])})"
     self.bar.set_postfix(**postfix)

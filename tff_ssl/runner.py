@@ -198,18 +198,20 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   rundir.write_atomic(os.path.join(output_dir, "hparams.json"), rundir.hparams_json(config))
   state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
                                                       keep_total=2)
+  text = observers_lib.text_columns(config)
   state, history, store = _restore(process, state_manager, output_dir,
-                                   observers_lib.constant_columns(config))
+                                   {**observers_lib.constant_columns(config), **text})
   ledger = observers_lib.privacy_ledger(config)
   watch = ([observers_lib.FiniteLoss(method.hint(config), output_dir, state_manager)] +
            ([observers_lib.WeightNorms(model)] if config.measure_weight_norms else []) +
            ([ledger] if ledger is not None else []) + [
                observers_lib.Evaluator(config, process, store, train, test),
-               observers_lib.MetricSinks(output_dir, history),
+               observers_lib.MetricSinks(output_dir, history, text),
                observers_lib.Resources(output_dir, store),
                observers_lib.Checkpoints(state_manager, history, store, config.checkpoint_every,
                                          config.rounds),
-               observers_lib.ProgressBar(config.rounds, state.round_num, progress)])
+               observers_lib.ProgressBar(config.rounds, state.round_num, progress,
+                                         ledger.privacy.convention.label if ledger else "")])
   start = time.perf_counter()
   state = run_rounds(process, state, config.rounds, round_clients, store, watch,
                      lambda r: observers_lib.worker_guard(r, state_manager))

@@ -13,8 +13,9 @@ noise-to-signal.
     noise as the K'-client round does and scales both parts; the refusals (K' < K, K' > N) are one
     line.
   * A release's noise and signal norms are the noise's and the clipped sum's.
-  * bin/train end to end (Poisson, a noise cohort): metrics.csv's epsilon per round and its
-    dp_noise_cohort column, results.json's label and both epsilons.
+  * bin/train end to end (Poisson, a noise cohort, PLD): metrics.csv's epsilon per round (against
+    dp_accounting's PLD accountant on a hand-built event), its dp_noise_cohort and
+    epsilon_convention columns, results.json's label, convention and both epsilons.
 """
 
 import dataclasses
@@ -117,12 +118,14 @@ def test_noise_cohort_scales_the_noise_and_accounts_for_its_cohort():
   assert measured["clipped"] == 5.0
 
 
-@pytest.mark.parametrize("client_sampling", ["fixed", "poisson"])
-def test_ledger_accounts_the_simulated_cohort_and_the_runs_own(client_sampling):
+@pytest.mark.parametrize("client_sampling,kind", [("fixed", "rdp"), ("poisson", "rdp"),
+                                                   ("poisson", "pld")])
+def test_ledger_accounts_the_simulated_cohort_and_the_runs_own(client_sampling, kind):
   """The events TFF's factory records carry the noise actually added (sigma K / K'); the ledger's
-  epsilon is the K'-client run's, epsilon_actual this run's."""
+  epsilon is the K'-client run's, epsilon_actual this run's (by the run's accountant)."""
   config = ExperimentConfig(**dict(DCCO, dp="gaussian_fixed", dp_noise_multiplier=1.2,
-                                   dp_noise_cohort=160, client_sampling=client_sampling))
+                                   dp_noise_cohort=160, client_sampling=client_sampling,
+                                   dp_accountant=kind))
   ledger = PrivacyLedger(config)
   recorded = [dp_accounting.GaussianDpEvent(1.2 * 40 / 160)] * 2
   for r in range(3):
@@ -130,8 +133,8 @@ def test_ledger_accounts_the_simulated_cohort_and_the_runs_own(client_sampling):
     released = {}
     ledger.after_round(r, None, metrics, released)
   delta = 1.0 / 1000
-  want = accounting.run_epsilon([1.2, 1.2], 1000, 160, 3, delta, client_sampling)
-  actual = accounting.run_epsilon([0.3, 0.3], 1000, 40, 3, delta, client_sampling)
+  want = accounting.run_epsilon([1.2, 1.2], 1000, 160, 3, delta, client_sampling, kind)
+  actual = accounting.run_epsilon([0.3, 0.3], 1000, 40, 3, delta, client_sampling, kind)
   assert released["epsilon"] == pytest.approx(want, rel=1e-6)
   assert released["dp_noise_cohort"] == 160
   assert metrics["aggregation"]["epsilon_actual"] == pytest.approx(actual, rel=1e-6)
@@ -143,8 +146,10 @@ def test_ledger_accounts_the_simulated_cohort_and_the_runs_own(client_sampling):
   # Calibration at the simulated cohort meets its target.
   target = dataclasses.replace(config, dp_noise_multiplier=0.0, dp_target_epsilon=4.0)
   p = PrivacyConfig(dp="gaussian_fixed", target_epsilon=4.0, population=1000, clients_per_round=40,
-                    rounds=50, noise_cohort=160, sampling=client_sampling, releases=2)
-  got = accounting.run_epsilon([p.sigma] * 2, 1000, 160, 50, delta, client_sampling)
+                    rounds=50, noise_cohort=160, sampling=client_sampling, releases=2,
+                    accountant=kind)
+  got = accounting.run_epsilon([p.sigma] * 2, 1000, 160, 50, delta, client_sampling, kind)
+  assert summary["dp_convention"] == p.convention.key
   assert 4.0 - 0.01 <= got <= 4.0 and target.dp_noise_cohort == 160
 
 
@@ -164,25 +169,38 @@ def test_noise_cohort_refusals(fields, reason):
   assert reason in str(e.value) and "\n" not in str(e.value)
 
 
+def _pld_epsilon(sigmas, q, rounds, delta):
+  """dp_accounting's own PLD accountant over `rounds` Poisson-sampled rounds of releases of noise
+  `sigmas` (one sample: one Gaussian of 1 / sqrt(sum sigma^-2)), built here by hand."""
+  acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=accounting.PLD_INTERVAL)
+  sigma = 1.0 / np.sqrt(sum(s ** -2.0 for s in sigmas))
+  acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(
+      q, dp_accounting.GaussianDpEvent(sigma)), rounds))
+  return acc.get_epsilon(delta)
+
+
 def test_a_poisson_run_with_a_noise_cohort_is_labelled_end_to_end(tmp_path):
   """bin/train, DP-DCCO (two releases), Poisson sampling of 16 of 200 clients, the noise of a
-  cohort of 64, 2 rounds."""
+  cohort of 64, 2 rounds, accounted by PLD (add/remove): every output names the convention."""
   out = str(tmp_path / "run")
   ended = train_in_process("--task=synthetic_dcco_smoke", "--eval_steps=5", "--clients_per_round=16",
                            "--client_sampling=poisson", "--dp=gaussian_fixed",
                            "--dp_noise_multiplier=1.3", "--dp_noise_cohort=64",
-                           "--dp_statistics_clip=5", f"--output_dir={out}")
+                           "--dp_statistics_clip=5", "--dp_accountant=pld", f"--output_dir={out}")
   assert ended.returncode == 0, ended.stderr[-2000:]
   assert "noise simulated for a cohort of 64" in ended.stderr + ended.stdout
+  assert "(PLD, Poisson sampling, add/remove" in ended.stdout
   config = tasks.get_task("synthetic_dcco_smoke")
   delta = 1.0 / config.num_clients
   sigma = float(np.float32(1.3 * 16 / 64)) * 64 / 16  # TFF's events carry float32 noise.
-  want = [accounting.run_epsilon([sigma] * 2, 200, 64, r, delta, "poisson") for r in (1, 2)]
+  want = [_pld_epsilon([sigma] * 2, 64 / 200, r, delta) for r in (1, 2)]
   with open(os.path.join(out, "metrics.csv")) as f:
     rows = [line.strip().split(",") for line in f]
   eps, cohort = rows[0].index("epsilon"), rows[0].index("dp_noise_cohort")
   np.testing.assert_allclose([float(r[eps]) for r in rows[1:]], want, rtol=1e-6)
   assert [float(r[cohort]) for r in rows[1:]] == [64.0, 64.0]
+  conv = rows[0].index("epsilon_convention")
+  assert [r[conv] for r in rows[1:]] == ["pld/poisson/add_remove"] * 2
   with open(os.path.join(out, "aggregation.csv")) as f:
     agg = [line.strip().split(",") for line in f]
   sizes = [float(r[agg[0].index("clients")]) for r in agg[1:]]
@@ -195,8 +213,10 @@ def test_a_poisson_run_with_a_noise_cohort_is_labelled_end_to_end(tmp_path):
   assert results["epsilon"] == pytest.approx(want[-1], rel=1e-6)
   assert results["dp_label"] == "noise simulated for a cohort of 64"
   assert results["client_sampling"] == "poisson"
-  assert results["epsilon_actual"] == pytest.approx(accounting.run_epsilon(
-      [sigma * 16 / 64] * 2, 200, 16, 2, delta, "poisson"), rel=1e-5)
+  assert (results["dp_accountant"], results["dp_relation"], results["dp_convention"]) == (
+      "pld", "add_remove", "pld/poisson/add_remove")
+  assert results["epsilon_actual"] == pytest.approx(
+      _pld_epsilon([sigma * 16 / 64] * 2, 16 / 200, 2, delta), rel=1e-5)
 
 
 def test_adaptive_noise_cohort_is_the_larger_rounds_split_scaled():

@@ -41,6 +41,15 @@ REFUSED = [
     ("noise without DP", dict(FEDAVG, dp_noise_multiplier=1.0), "only with --dp"),
     ("noise twice", dict(FEDAVG, dp_target_epsilon=3.0, **DP), "give one"),
     ("noise without a clip", dict(FEDAVG, dp_clip=0.0, **DP), "bounds nothing"),
+    ("PLD with fixed-size sampling", dict(FEDAVG, dp_accountant="pld", **DP),
+     "--client_sampling=poisson"),
+    ("add/remove with fixed-size sampling", dict(FEDAVG, dp_relation="add_remove", **DP),
+     "fixed-size sampling under add/remove"),
+    ("replace-one with Poisson sampling", dict(FEDAVG, clients_per_round=25,
+                                                client_sampling="poisson",
+                                                dp_relation="replace_one", **DP),
+     "Poisson sampling under replace-one"),
+    ("an accountant without DP", dict(FEDAVG, dp_accountant="pld"), "only with --dp"),
 ]
 
 
@@ -58,6 +67,7 @@ def test_refused_with_its_reason(what, fields, reason):
     ["--method=fedprox", "--ssl=simclr", "--samples_per_client=4", "--dp=gaussian_fixed",
      "--dp_noise_multiplier=1"],
     ["--secure_aggregation"],
+    ["--dp=gaussian_fixed", "--dp_noise_multiplier=1", "--dp_accountant=pld"],
     ["--method=fedprox", "--ssl=simclr", "--samples_per_client=4", "--simulation=reference",
      "--secure_aggregation"],
 ])
@@ -66,7 +76,8 @@ def test_bin_train_refuses_in_one_line_and_writes_nothing(tmp_path, flags):
   ended = train_in_process("--task=synthetic_dcco_smoke", *flags, f"--output_dir={out}")
   assert ended.returncode == cli.EXIT_ERROR, ended.stderr[-2000:]
   assert ended.stderr.strip().count("\n") == 0 and "Traceback" not in ended.stderr
-  assert "refuses" in ended.stderr or "partial sum" in ended.stderr
+  assert ("refuses" in ended.stderr or "partial sum" in ended.stderr or
+          "cannot state epsilon" in ended.stderr)
   assert not out.exists()
 
 

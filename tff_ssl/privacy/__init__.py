@@ -9,6 +9,10 @@ compressed updates, for the methods that average clients' updates (and DCCO's st
                             2021; TFF's `gaussian_adaptive`), starting from --dp_clip
     --dp_noise_multiplier   sigma; or --dp_target_epsilon, which calibrates sigma up front from the
                             planned rounds and sampling (`accounting.calibrate`)
+    --dp_accountant         rdp (default) or pld: dp_accounting's RDP or PLD accountant
+    --dp_relation           the neighbouring relation: auto (the sampling's own: replace_one with
+                            fixed-size sampling, add_remove with --client_sampling=poisson); any
+                            other pairing, and PLD with fixed-size sampling, is refused
     --secure_aggregation    the round's sums through TFF's quantized secure sum
                             (`federated_secure_sum_bitwidth`)
     --compression=quantize8 the updates through TFF's encoded sum (uniform 8-bit quantization)
@@ -16,7 +20,8 @@ compressed updates, for the methods that average clients' updates (and DCCO's st
 DP uses uniform weights over clipped updates, as DP-FedAvg does (McMahan et al., 2018): a client's
 weight N_k would scale its sensitivity. Built from TFF's `DifferentiallyPrivateFactory` over
 tensorflow_privacy queries (`queries.py`: seeded noise, records clipped per real client inside a
-grouped slot); epsilon at delta = 1 / population per round by `dp_accounting` (`accounting.py`).
+grouped slot); epsilon at delta = 1 / population per round by `dp_accounting` (`accounting.py`),
+stated with its convention (accountant, sampling, relation) wherever it is printed or written.
 """
 
 from __future__ import annotations
@@ -60,14 +65,24 @@ DP_NOISE_COHORT = Field(
     "clients_per_round / K', so the averaged update carries the noise a K'-client round would. "
     "The run is labelled 'noise simulated for a cohort of K''; its own epsilon is reported beside.",
     lower=0, note="0: the run's own cohort")
+DP_ACCOUNTANT = Field(
+    "dp_accountant", "rdp", "DP: the accountant of epsilon (dp_accounting's): rdp (Renyi DP; fixed "
+    "or Poisson sampling) or pld (privacy loss distributions, tight to a 1e-3 grid in the loss; "
+    "--client_sampling=poisson, add/remove neighbours: the convention DP-SGD results report).",
+    choices=accounting.ACCOUNTANTS)
+DP_RELATION = Field(
+    "dp_relation", "auto", "DP: the neighbouring relation epsilon is stated under: auto (the "
+    "sampling's own: replace_one with fixed-size sampling, add_remove with Poisson); another "
+    "pairing is refused (dp_accounting has no analysis of it).",
+    choices=("auto",) + accounting.RELATIONS)
 SECURE_AGGREGATION = Field("secure_aggregation", False, "Sum the round's releases with TFF's "
                            "quantized secure sum (federated_secure_sum_bitwidth); "
                            "--simulation=reference.")
 COMPRESSION = Field("compression", "none", "Quantize each client's update with TFF's encoded sum "
                     "(uniform quantization of tensors above 20,000 entries); "
                     "--simulation=reference.", choices=tuple(COMPRESSIONS))
-FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_TARGET_EPSILON, DP_NOISE_COHORT,
-          SECURE_AGGREGATION, COMPRESSION)
+FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_TARGET_EPSILON, DP_NOISE_COHORT, DP_ACCOUNTANT,
+          DP_RELATION, SECURE_AGGREGATION, COMPRESSION)
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 
 
@@ -77,6 +92,8 @@ class PrivacyConfig:
 
   population / clients_per_round / rounds: the planned run (accounting, the public denominator);
   sampling: the runner's client sampling (`federated.sampling`: "fixed" or "poisson");
+  accountant / relation: how epsilon is stated (`accounting.convention`: "rdp" or "pld"; the
+  neighbouring relation, "auto" the sampling's own);
   noise_cohort: K' > 0, the noise of a K'-client round (`DP_NOISE_COHORT`; 0: the run's own);
   releases: Gaussian releases per round (FedAvg-style 1, DCCO 2); seed: the noise's.
   """
@@ -97,9 +114,13 @@ class PrivacyConfig:
   noise_cohort: int = 0
   releases: int = 1
   seed: int = 0
+  accountant: str = "rdp"
+  relation: str = "auto"
 
   def __post_init__(self):
     DP.check(self.dp)
+    DP_ACCOUNTANT.check(self.accountant)
+    DP_RELATION.check(self.relation)
     DP_NOISE_COHORT.check(self.noise_cohort)
     COMPRESSION.check(self.compression)
     for field, value in ((DP_NOISE_MULTIPLIER, self.noise_multiplier),
@@ -117,12 +138,15 @@ class PrivacyConfig:
     if self.dp == "off":
       set_ = [f"--{n}" for n, v, d in (("dp_noise_multiplier", self.noise_multiplier, 0.0),
                                        ("dp_target_epsilon", self.target_epsilon, 0.0),
-                                       ("dp_noise_cohort", self.noise_cohort, 0))
+                                       ("dp_noise_cohort", self.noise_cohort, 0),
+                                       ("dp_accountant", self.accountant, "rdp"),
+                                       ("dp_relation", self.relation, "auto"))
               if v != d]
       if set_:
         raise ValueError(f"{set_[0]} is read only with --dp; set --dp=gaussian_fixed (or "
                          f"gaussian_adaptive) or remove it")
       return
+    accounting.convention(self.accountant, self.sampling, self.relation)  # Refuses the unstated.
     if self.noise_multiplier and self.target_epsilon:
       raise ValueError(f"--dp_noise_multiplier={self.noise_multiplier} and --dp_target_epsilon="
                        f"{self.target_epsilon} both set the noise; give one")
@@ -172,6 +196,11 @@ class PrivacyConfig:
     return self.enabled or self.secure_aggregation or self.compression != "none"
 
   @property
+  def convention(self) -> accounting.Convention:
+    """How this run's epsilon is stated (accountant, sampling, neighbouring relation)."""
+    return accounting.convention(self.accountant, self.sampling, self.relation)
+
+  @property
   def delta(self) -> float:
     return accounting.default_delta(self.population)
 
@@ -199,7 +228,8 @@ class PrivacyConfig:
       return 0.0
     if self.target_epsilon:
       return accounting.calibrate(self.target_epsilon, self.releases, self.population,
-                                  self.accounted_cohort, self.rounds, self.delta, self.sampling)
+                                  self.accounted_cohort, self.rounds, self.delta, self.sampling,
+                                  self.accountant)
     return self.noise_multiplier
 
   def round_event(self, sigma: float | None = None):
@@ -273,7 +303,22 @@ def from_config(config, releases: int = 1, statistics_clip: float = 1.0,
       secure_aggregation=config.secure_aggregation, compression=config.compression,
       population=config.num_clients, clients_per_round=config.clients_per_round,
       rounds=config.rounds, sampling=getattr(config, "client_sampling", "fixed"),
-      noise_cohort=getattr(config, "dp_noise_cohort", 0), releases=releases, seed=config.seed)
+      noise_cohort=getattr(config, "dp_noise_cohort", 0), releases=releases, seed=config.seed,
+      accountant=getattr(config, "dp_accountant", "rdp"),
+      relation=getattr(config, "dp_relation", "auto"))
+
+
+def conventions(configs) -> str:
+  """How the epsilons of these configs' runs are stated (a table's heading): their distinct
+  conventions' labels, e.g. "RDP, fixed-size sampling, replace-one"."""
+  labels = []
+  for c in configs:
+    label = accounting.convention(getattr(c, "dp_accountant", "rdp"),
+                                  getattr(c, "client_sampling", "fixed"),
+                                  getattr(c, "dp_relation", "auto")).label
+    if label not in labels:
+      labels.append(label)
+  return "; ".join(labels)
 
 
 def check_noise_stated(config, fields_set) -> None:
@@ -309,6 +354,8 @@ def summary_line(results: dict) -> str | None:
   if results.get("dp", "off") == "off" or "epsilon" not in results:
     return None
   line = f"epsilon {results['epsilon']:.3f} at delta {results['delta']:.3g}"
+  if results.get("dp_convention_label"):
+    line += f" ({results['dp_convention_label']})"
   if results.get("dp_label"):
     line += f" ({results['dp_label']}; this run's own: {results['epsilon_actual']:.3f})"
   return line
