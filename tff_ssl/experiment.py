@@ -39,7 +39,7 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl import observers, runner
 from tff_ssl.config_fields import Field
 from tff_ssl import privacy as privacy_lib
-from tff_ssl.federated import grouping, sampling, ssl_model
+from tff_ssl.federated import functional, grouping, sampling, ssl_model
 from tff_ssl.federated import local_steps
 from tff_ssl.federated import server_step
 from tff_ssl.training import PretrainConfig, centralized, pretrain
@@ -124,6 +124,11 @@ SHARED_FIELDS = (
     _gt0("eval_learning_rate", 2.0, "Linear-probe LARS learning rate."),
     Field("log_every", 10, "Write the loss every N steps.", lower=1),
     Field("seed", 0, "Seed of every random choice.", lower=0),
+    Field("init_from", "", "Federated runs: start from the encoder of this finished run folder "
+          "(its latest checkpoint; e.g. a centralized run on --dataset=synthetic_leaves, which "
+          "touches no private data): its weights replace the encoder's initialization in every "
+          "part of the process, the heads start fresh. The probe of the starting encoder is "
+          "reported as linear_probe_accuracy_init_from (empty: a random encoder).", kind=str),
 )
 
 
@@ -170,6 +175,9 @@ class _ExperimentConfig:
     data_lib.PARTITIONS[self.partition].check(self)
     if self.method_entry.kind == "federated":
       sampling.check(self.client_sampling, self.num_clients, self.clients_per_round, self.rounds)
+    elif self.init_from:
+      raise ValueError(f"--init_from starts a federated run from another run's encoder; method "
+                       f"{self.method!r} is {self.method_entry.kind}: remove --init_from")
     if self.head_norm == "batch":
       refusal = self.method_entry.no_batch_heads
       if refusal:
@@ -307,9 +315,15 @@ def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progre
   kind = config.method_entry.kind
   if kind == "supervised":
     return _run_supervised(config, train, test, output_dir, results_path)
-  pretrain_run = runner.run_federated if kind == "federated" else _run_centralized
-  results, encoders = pretrain_run(config, train, test, output_dir, progress=progress,
-                                   random_init_baseline=random_init_baseline)
+  if kind == "federated":
+    results, encoders = runner.run_federated(
+        config, train, test, output_dir, progress=progress,
+        random_init_baseline=random_init_baseline, init=initial_encoder(config, train.image_shape))
+  else:
+    results, encoders = _run_centralized(config, train, test, output_dir, progress=progress,
+                                         random_init_baseline=random_init_baseline)
+  if config.init_from:
+    results["init_from"] = config.init_from
   if evaluate is not None:
     start = time.perf_counter()
     # One encoder, or one per heterogeneous architecture: their mean, and each one's.
@@ -467,6 +481,22 @@ def load_encoder(run_dir: str) -> tuple[ExperimentConfig, tf.keras.Model]:
                      f"to completion first")
   encoder.set_weights([np.asarray(w) for w in state["encoder_weights"]])
   return config, encoder
+
+
+def initial_encoder(config: ExperimentConfig, image_shape) -> dict[str, np.ndarray] | None:
+  """--init_from's encoder weights by path (`functional.weight_paths`), or None without it; a
+  one-line ValueError where the folder holds no finished encoder of these images' shape."""
+  if not config.init_from:
+    return None
+  try:
+    _, encoder = load_encoder(config.init_from)
+  except ValueError as e:
+    raise ValueError(f"--init_from={config.init_from}: {e}") from None
+  shape = tuple(encoder.input_shape[1:])
+  if shape != tuple(image_shape):
+    raise ValueError(f"--init_from={config.init_from}: its encoder reads images of shape {shape}, "
+                     f"this run's are {tuple(image_shape)}; pretrain it on images of this shape")
+  return {path: v.numpy() for path, v in functional.weight_paths(encoder).items()}
 
 
 EVALUATE_PROTOCOLS = ("linear_probe", "tuned_linear_probe", "fine_tune", "supervised")

@@ -29,7 +29,7 @@ from tff_ssl import evaluation, rundir, runtime
 from tff_ssl import observers as observers_lib
 from tff_ssl import data as data_lib
 from tff_ssl.data.client_data import PartitionedClientData
-from tff_ssl.federated import client_state, common, sampling, ssl_model
+from tff_ssl.federated import client_state, common, functional, sampling, ssl_model
 from tff_ssl.federated import process as process_lib
 from tff_ssl.federated.server_step import ServerState
 from tff_ssl.federated.functional import FunctionalModel
@@ -100,7 +100,7 @@ CACHE_SIZE = 4
 _BUILT: dict = {}
 
 
-def _build(config, train: data_lib.ImageSet):
+def _build(config, train: data_lib.ImageSet, init: dict | None = None):
   tf.keras.utils.set_random_seed(config.seed)
   _, held = auxiliary_split(config, len(train))
   auxiliary = common.client_inputs(train.images[held], held)
@@ -110,6 +110,9 @@ def _build(config, train: data_lib.ImageSet):
     return _BUILT[key]
   builder = ssl_model_builder(config, train.image_shape)
   model = FunctionalModel(builder)
+  if init is not None:  # --init_from: every part of the process starts from the given encoder.
+    model.initial_weights = functional.with_encoder(model, init, ENCODER_NAME + "/",
+                                                    config.init_from)
   built = builder, model, build_process(config, model, train.image_shape, auxiliary)
   if os.environ.get(CACHE_ENV) == "1":
     while len(_BUILT) >= CACHE_SIZE:  # The oldest goes: a process holds its model's weights.
@@ -118,11 +121,12 @@ def _build(config, train: data_lib.ImageSet):
   return built
 
 
-def _setup(config, train: data_lib.ImageSet, clients_rows):
+def _setup(config, train: data_lib.ImageSet, clients_rows, init: dict | None = None):
   """(Keras builder, FunctionalModel, TFF process, round -> (that round's client ids, their inputs))
-  of a run; initialization and client sampling from `config.seed`."""
+  of a run; initialization (`init`: the encoder's weights by path, --init_from) and client sampling
+  from `config.seed`."""
   clients = PartitionedClientData(train, clients_rows)
-  builder, model, process = _build(config, train)
+  builder, model, process = _build(config, train, init)
   sample = sampling.round_sampler(config.client_sampling, clients.num_clients,
                                   config.clients_per_round, config.seed)
 
@@ -185,15 +189,16 @@ def run_rounds(process, state: ServerState, rounds: int, round_clients, store,
 
 
 def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, output_dir: str, *,
-                  progress: bool, random_init_baseline: bool = True
+                  progress: bool, random_init_baseline: bool = True, init: dict | None = None
                   ) -> tuple[dict[str, Any], list[tuple[str, tf.keras.Model]]]:
-  """Runs (or resumes) federated pretraining per `config`; returns the results and the (label,
-  encoder) pairs it evaluated (`process.encoders`)."""
+  """Runs (or resumes) federated pretraining per `config` (from the encoder `init`, path -> value,
+  where --init_from gives one); returns the results and the (label, encoder) pairs it evaluated
+  (`process.encoders`)."""
   method = config.method_entry
   check_samples(config)
   clients_rows = partition(config, train)  # Raises ValueError before anything is written.
   _open_run_folder(config, output_dir)
-  _, model, process, round_clients = _setup(config, train, clients_rows)
+  _, model, process, round_clients = _setup(config, train, clients_rows, init)  # Checks `init`.
   rundir.create(output_dir)
   rundir.write_atomic(os.path.join(output_dir, "hparams.json"), rundir.hparams_json(config))
   state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
@@ -264,11 +269,13 @@ def final_evaluation(config, process, state, store, train, test, random_init_bas
   initial = process.encoders(None, store) if random_init_baseline else []
   probe, knn = config.probe_config(), config.knn_config()
   results = {}
+  # With --init_from the encoder it started from is not a random one, and is named for what it is.
+  start = "init_from" if config.init_from else "random_init"
   evaluations = [("linear_probe", lambda e: evaluation.linear_probe(e, train, test, probe))]
   if config.knn_every:
     evaluations.append(("knn", lambda e: evaluation.knn_monitor(e, train, test, knn)))
   for name, evaluate in evaluations:
-    for which, chosen in (("pretrained", encoders), ("random_init", initial)):
+    for which, chosen in (("pretrained", encoders), (start, initial)):
       if not chosen:
         continue
       mean, each = observers_lib.mean_of(chosen, evaluate)

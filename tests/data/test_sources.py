@@ -143,3 +143,21 @@ def test_fashion_mnist_shifted_is_fashion_mnist_moved(tiny_fashion_mnist):  # py
     assert data.image_shape("fashion_mnist_shifted") == moved.image_shape
   with pytest.raises(ValueError, match="unknown split 'unlabelled' for fashion_mnist"):
     data.load("fashion_mnist_shifted", "unlabelled")
+
+
+def test_dead_leaves_are_seeded_procedural_images_with_the_front_leafs_shape():
+  a = sources.dead_leaves("train", num_examples=400, seed=1)
+  b = sources.dead_leaves("train", num_examples=400, seed=1)
+  np.testing.assert_array_equal(a.images, b.images)
+  np.testing.assert_array_equal(a.labels, b.labels)
+  assert not np.array_equal(a.images, sources.dead_leaves("test", num_examples=400, seed=1).images)
+  assert not np.array_equal(a.images, sources.dead_leaves("train", num_examples=400, seed=2).images)
+  assert a.images.shape == (400, 28, 28, 1) and a.images.dtype == np.uint8
+  assert a.num_classes == len(sources.LEAF_SHAPES) == 4
+  assert all(70 <= n <= 130 for n in np.bincount(a.labels, minlength=4))  # Uniform shapes.
+  # Occlusion: many gray levels an image (its leaves), yet one leaf over a background is two.
+  assert np.median([len(np.unique(im)) for im in a.images]) >= 8
+  one = sources.dead_leaves("train", num_examples=200, leaves=1, seed=1)
+  assert max(len(np.unique(im)) for im in one.images) <= 2
+  assert sources.image_shape("synthetic_leaves") == (28, 28, 1)
+  assert "synthetic_leaves" in sources.SOURCES

@@ -19,6 +19,7 @@ A source that cannot be had raises `DataUnavailableError` whose one-line message
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gzip
 import os
 import struct
@@ -211,6 +212,59 @@ def synthetic(split: str = "train", *, num_examples: int | None = None, image_si
   return ImageSet(images, labels, num_classes, "synthetic")
 
 
+# Procedural images that hold no image of any real dataset: pretraining that touches no private data
+# (as ViP's synthetic Shaders21k pretraining does before its private training).
+
+LEAF_SHAPES = ("disc", "square", "triangle", "bar")
+
+
+@functools.lru_cache(maxsize=2)  # A run loads its splits more than once; generating takes seconds.
+def dead_leaves(split: str = "train", *, num_examples: int | None = None, image_size: int = 28,
+                leaves: int = 24, seed: int = 0) -> ImageSet:
+  """Dead leaves (Matheron; Baradad et al. 2021 pretrain on them): each image a stack of `leaves`
+  opaque shapes (disc, square, triangle, bar at a random angle) of random gray level, their sizes
+  drawn from a power law (density ~ r^-3 between 1.5 and image_size / 2 pixels) at uniform random
+  centers, painted back to front over a random gray background; grayscale, uint8. The label is the
+  shape of the largest leaf, painted last (on top): a probe's task on the synthetic data itself.
+
+  Deterministic in (split, seed); train (60,000 images) and test (10,000) from different streams.
+  """
+  _check_split("synthetic_leaves", split, ("train", "test"))
+  n = num_examples if num_examples is not None else (60000 if split == "train" else 10000)
+  rng = np.random.default_rng([seed, 0x1EAF, 0 if split == "train" else 1])
+  r_min, r_max = 1.5, image_size / 2
+  u = rng.random((n, leaves))  # Inverse CDF of a density ~ r^-3 on [r_min, r_max].
+  radius = 1.0 / np.sqrt(r_min ** -2 - u * (r_min ** -2 - r_max ** -2))
+  radius = np.sort(radius, axis=1)  # Small leaves first: the largest is painted last, on top.
+  kind = rng.integers(0, len(LEAF_SHAPES), (n, leaves))
+  center = rng.uniform(0, image_size, (n, leaves, 2))
+  angle = rng.uniform(0, np.pi, (n, leaves))
+  gray = rng.uniform(0, 1, (n, leaves))
+  images = np.broadcast_to(rng.uniform(0, 1, (n, 1, 1)),
+                           (n, image_size, image_size)).astype(np.float32)
+  yy, xx = (np.mgrid[0:image_size, 0:image_size] + 0.5).astype(np.float32)
+  for j in range(leaves):
+    for k in range(len(LEAF_SHAPES)):  # Each shape's test on the images whose leaf j has it.
+      ids = np.flatnonzero(kind[:, j] == k)
+      dy = yy[None] - center[ids, j, 0, None, None].astype(np.float32)
+      dx = xx[None] - center[ids, j, 1, None, None].astype(np.float32)
+      c = np.cos(angle[ids, j])[:, None, None].astype(np.float32)
+      s = np.sin(angle[ids, j])[:, None, None].astype(np.float32)
+      u_, v_ = c * dx + s * dy, -s * dx + c * dy  # The leaf's own axes.
+      r = radius[ids, j, None, None].astype(np.float32)
+      if k == 0:
+        inside = u_ ** 2 + v_ ** 2 <= r ** 2
+      elif k == 1:
+        inside = np.maximum(abs(u_), abs(v_)) <= r / np.sqrt(2)
+      elif k == 2:
+        inside = (v_ >= -r / 2) & (np.sqrt(3) * u_ + v_ <= r) & (-np.sqrt(3) * u_ + v_ <= r)
+      else:
+        inside = (abs(u_) <= r) & (abs(v_) <= r / 4)
+      images[ids] = np.where(inside, gray[ids, j, None, None].astype(np.float32), images[ids])
+  images = np.clip(np.round(images * 255), 0, 255).astype(np.uint8)[..., None]
+  return ImageSet(images, kind[:, -1].astype(np.int64), len(LEAF_SHAPES), "synthetic_leaves")
+
+
 # ---------------------------------------------------------------------------------------------------
 # Registry.
 
@@ -232,13 +286,14 @@ SOURCES: dict[str, Callable[..., ImageSet]] = {
     "fashion_mnist_shifted": lambda split, data_dir=None, download=False: (
         _load_fashion_mnist_shifted(split, data_dir, download)),
     "synthetic": lambda split, data_dir=None, download=False: synthetic(split),
+    "synthetic_leaves": lambda split, data_dir=None, download=False: dead_leaves(split),
 }
 
 
 # The images' shape of each source ([H, W, C]), known without loading it.
 IMAGE_SHAPES = {"fashion_mnist": (28, 28, 1), "fashion_mnist_shifted": (28, 28, 1),
                 "cifar10": (32, 32, 3), "cifar100": (32, 32, 3), "stl10": (96, 96, 3),
-                "synthetic": (28, 28, 1)}
+                "synthetic": (28, 28, 1), "synthetic_leaves": (28, 28, 1)}
 
 
 def image_shape(name: str) -> tuple[int, int, int]:

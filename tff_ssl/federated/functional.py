@@ -65,6 +65,35 @@ def _weight_path(layer_path: str, variable_name: str) -> str:
   return "/".join([layer_path] + inside)
 
 
+def weight_paths(model: tf.keras.Model) -> dict[str, tf.Variable]:
+  """path -> weight of a Keras model, by the paths `FunctionalModel.names` gives its weights when
+  the model is a part of another named `model.name` (less that prefix)."""
+  owners = _owning_layers(model)
+  return {_weight_path(owners[id(v)][0], v.name): v for v in model.weights}
+
+
+def with_encoder(model: "FunctionalModel", encoder: dict[str, np.ndarray], prefix: str,
+                 source: str) -> list[np.ndarray]:
+  """`model`'s initial weights with those under `prefix` ("encoder/") taken from `encoder` (path ->
+  value, `weight_paths`); a one-line ValueError naming `source` where the two encoders differ."""
+  ours = {n[len(prefix):]: i for i, n in enumerate(model.names) if n.startswith(prefix)}
+  for path in sorted(set(ours) | set(encoder)):
+    if path not in ours or path not in encoder:
+      where = "this run's" if path in ours else source
+      raise ValueError(f"--init_from={source}: only {where} encoder has the weight {prefix}{path}; "
+                       f"pretrain the source with this run's --encoder, --width, --stem_stride and "
+                       f"--pool_grid")
+    if tuple(np.shape(encoder[path])) != tuple(model.initial_weights[ours[path]].shape):
+      raise ValueError(f"--init_from={source}: its {prefix}{path} has shape "
+                       f"{tuple(np.shape(encoder[path]))}, this run's "
+                       f"{tuple(model.initial_weights[ours[path]].shape)}; pretrain the source "
+                       f"with this run's encoder settings and image shape")
+  weights = [w.copy() for w in model.initial_weights]
+  for path, i in ours.items():
+    weights[i] = np.asarray(encoder[path], dtype=weights[i].dtype).copy()
+  return weights
+
+
 def _keras_classes(model: tf.keras.Model, v2: bool = True) -> None:
   """Keras 2 picks a layer's base class (TF2 or TF1 Layer/Model) when the layer is constructed, by
   changing its class's `__bases__`: building a model in a TF1 graph (as TFF traces its computations)
