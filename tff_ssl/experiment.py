@@ -124,6 +124,10 @@ SHARED_FIELDS = (
     _gt0("eval_learning_rate", 2.0, "Linear-probe LARS learning rate."),
     Field("log_every", 10, "Write the loss every N steps.", lower=1),
     Field("seed", 0, "Seed of every random choice.", lower=0),
+    Field("ema_eval", 0.0, "Federated runs: the probes (periodic and final, and bin/evaluate) read "
+          "an exponential moving average of the server's weights, decay min(beta, (1 + t) / "
+          "(10 + t)) after round t (De et al. 2022); checkpointed with the run.", lower=0, upper=1,
+          open_upper=True, note="0: the weights themselves"),
     Field("init_from", "", "Federated runs: start from the encoder of this finished run folder "
           "(its latest checkpoint; e.g. a centralized run on --dataset=synthetic_leaves, which "
           "touches no private data): its weights replace the encoder's initialization in every "
@@ -175,9 +179,12 @@ class _ExperimentConfig:
     data_lib.PARTITIONS[self.partition].check(self)
     if self.method_entry.kind == "federated":
       sampling.check(self.client_sampling, self.num_clients, self.clients_per_round, self.rounds)
-    elif self.init_from:
-      raise ValueError(f"--init_from starts a federated run from another run's encoder; method "
-                       f"{self.method!r} is {self.method_entry.kind}: remove --init_from")
+    else:
+      for name, what in (("init_from", "starts a federated run from another run's encoder"),
+                         ("ema_eval", "averages a federated run's server weights")):
+        if getattr(self, name):
+          raise ValueError(f"--{name} {what}; method {self.method!r} is "
+                           f"{self.method_entry.kind}: remove --{name}")
     if self.head_norm == "batch":
       refusal = self.method_entry.no_batch_heads
       if refusal:

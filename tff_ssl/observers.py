@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import os
 import shutil
 import time
@@ -211,8 +212,8 @@ class Evaluator(Observer):
   encoders, released as `linear_probe_accuracy` and `knn_accuracy` (not after the last round: the
   run's final evaluation covers it)."""
 
-  def __init__(self, config, process, store, train, test):
-    self.config, self.process, self.store = config, process, store
+  def __init__(self, config, process, store, train, test, view=lambda state: state):
+    self.config, self.process, self.store, self.view = config, process, store, view
     probe, knn = config.probe_config(), config.knn_config()
     self.evaluations = (
         ("linear_probe_accuracy", config.eval_every,
@@ -223,7 +224,8 @@ class Evaluator(Observer):
     done = round_num + 1
     for key, every, evaluate in self.evaluations:
       if every and done % every == 0 and done < self.config.rounds:
-        released[key] = np.float32(mean_of(self.process.encoders(state, self.store), evaluate)[0])
+        released[key] = np.float32(mean_of(self.process.encoders(self.view(state), self.store),
+                                           evaluate)[0])
 
 
 class MetricSinks(Observer):
@@ -287,24 +289,62 @@ class Resources(Observer):
     asyncio.run(self.release_manager.release(resources, key=round_num))
 
 
-def program_state(state: server_step.ServerState, history) -> dict:
-  """What a checkpoint holds: the server state and the released metrics of every round so far (a
-  [rounds, len(RELEASED)] float32 array; NaN where a round released no such value)."""
-  return dict(state.to_program_state(),
-              metrics=np.asarray(history, np.float32).reshape(-1, len(RELEASED)))
+def program_state(state: server_step.ServerState, history, average=None) -> dict:
+  """What a checkpoint holds: the server state, the released metrics of every round so far (a
+  [rounds, len(RELEASED)] float32 array; NaN where a round released no such value) and, with
+  --ema_eval, the average of the weights (`WeightAverage`)."""
+  out = dict(state.to_program_state(),
+             metrics=np.asarray(history, np.float32).reshape(-1, len(RELEASED)))
+  if average is not None:
+    out["weight_average"] = list(average)
+  return out
+
+
+class WeightAverage(Observer):
+  """--ema_eval=beta: an exponential moving average of the server's weights, which the probes read
+  (`view`) instead of the weights themselves (De et al., 2022: for DP training). After round t the
+  average moves by decay min(beta, (1 + t) / (10 + t)) (the warm-up of TF's and their EMA: early
+  rounds do not drag the initialization along). It starts at the initial weights and is
+  checkpointed with the state (`program_state`)."""
+
+  def __init__(self, beta: float, weights):
+    self.beta, self.weights = beta, [np.array(w) for w in weights]
+
+  def after_round(self, round_num, state, metrics, released):
+    decay = min(self.beta, (1.0 + round_num) / (10.0 + round_num))
+    self.weights = [(decay * a + (1.0 - decay) * np.asarray(w)).astype(a.dtype)
+                    for a, w in zip(self.weights, state.weights)]
+
+  def view(self, state: server_step.ServerState) -> server_step.ServerState:
+    """`state` with the average in place of its weights: what the probes evaluate."""
+    return dataclasses.replace(state, weights=self.weights)
+
+
+def weight_average(config, model, state, loaded) -> WeightAverage | None:
+  """The run's `WeightAverage` (from a checkpoint's `loaded` program state where it resumes), or
+  None without --ema_eval; a one-line ValueError where the process has no one global model."""
+  beta = getattr(config, "ema_eval", 0.0)
+  if not beta:
+    return None
+  if len(state.weights) != len(model.names):
+    raise ValueError(f"--ema_eval averages one global model's weights; method {config.method!r} "
+                     f"keeps its encoders elsewhere: remove --ema_eval")
+  return WeightAverage(beta, loaded["weight_average"] if loaded is not None else state.weights)
 
 
 class Checkpoints(Observer):
   """The program state (`program_state`) every `every` rounds and after the last, through
   `state_manager`; then the client-state store drops the versions no kept checkpoint needs."""
 
-  def __init__(self, state_manager, history: list, store, every: int, rounds: int):
+  def __init__(self, state_manager, history: list, store, every: int, rounds: int,
+               average: WeightAverage | None = None):
     self.state_manager, self.history, self.store = state_manager, history, store
-    self.every, self.rounds = every, rounds
+    self.every, self.rounds, self.average = every, rounds, average
 
   def after_round(self, round_num, state, metrics, released):
     if state.round_num % self.every == 0 or state.round_num == self.rounds:
-      asyncio.run(self.state_manager.save(program_state(state, self.history),
+      average = self.average.weights if self.average is not None else None
+      asyncio.run(self.state_manager.save(program_state(state, self.history, average),
                                           version=state.round_num))
       if self.store is not None:
         self.store.prune(min(asyncio.run(self.state_manager.get_versions()) or [state.round_num]))

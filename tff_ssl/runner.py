@@ -204,23 +204,26 @@ def run_federated(config, train: data_lib.ImageSet, test: data_lib.ImageSet, out
   state_manager = tff.program.FileProgramStateManager(os.path.join(output_dir, "checkpoints"),
                                                       keep_total=2)
   text = observers_lib.text_columns(config)
-  state, history, store = _restore(process, state_manager, output_dir,
-                                   {**observers_lib.constant_columns(config), **text})
+  state, history, store, average = _restore(
+      process, state_manager, output_dir, {**observers_lib.constant_columns(config), **text},
+      lambda s, loaded: observers_lib.weight_average(config, model, s, loaded))
+  view = average.view if average is not None else (lambda s: s)  # What the probes read.
   ledger = observers_lib.privacy_ledger(config)
   watch = ([observers_lib.FiniteLoss(method.hint(config), output_dir, state_manager)] +
            ([observers_lib.WeightNorms(model)] if config.measure_weight_norms else []) +
-           ([ledger] if ledger is not None else []) + [
-               observers_lib.Evaluator(config, process, store, train, test),
+           ([ledger] if ledger is not None else []) +
+           ([average] if average is not None else []) + [
+               observers_lib.Evaluator(config, process, store, train, test, view),
                observers_lib.MetricSinks(output_dir, history, text),
                observers_lib.Resources(output_dir, store),
                observers_lib.Checkpoints(state_manager, history, store, config.checkpoint_every,
-                                         config.rounds),
+                                         config.rounds, average),
                observers_lib.ProgressBar(config.rounds, state.round_num, progress,
                                          ledger.privacy.convention.label if ledger else "")])
   start = time.perf_counter()
   state = run_rounds(process, state, config.rounds, round_clients, store, watch,
                      lambda r: observers_lib.worker_guard(r, state_manager))
-  evaluated, encoders = final_evaluation(config, process, state, store, train, test,
+  evaluated, encoders = final_evaluation(config, process, view(state), store, train, test,
                                          random_init_baseline)
   results = {"method": config.method, "dataset": config.dataset, "rounds": config.rounds,
              "final_loss": _read_last_loss(os.path.join(output_dir, "metrics.csv")),
@@ -241,16 +244,21 @@ def _open_run_folder(config, output_dir: str) -> None:
     _check_resumable(hparams_path, config, output_dir)
 
 
-def _restore(process, state_manager, output_dir: str, constants=None):
-  """(The server state to start from, the released metrics so far, the client-state store): the
-  newest readable checkpoint's, else the initial ones. The CSVs are cut back to what the checkpoint
-  covers (no partial row, no round it does not hold), and the store forgets what later rounds
-  wrote."""
+def _restore(process, state_manager, output_dir: str, constants=None,
+             make_average=lambda state, loaded: None):
+  """(The server state to start from, the released metrics so far, the client-state store, the
+  weights' average or None): the newest readable checkpoint's, else the initial ones
+  (`make_average(initial state, loaded program state or None)`: `observers.weight_average`). The
+  CSVs are cut back to what the checkpoint covers (no partial row, no round it does not hold), and
+  the store forgets what later rounds wrote."""
   state = process.initialize()
-  loaded = load_newest_readable(state_manager, program_state(state, []))
+  average = make_average(state, None)
+  loaded = load_newest_readable(state_manager, program_state(
+      state, [], average.weights if average is not None else None))
   history = []  # The rounds' released metrics (`RELEASED`), checkpointed with the state.
   if loaded is not None:
     state, history = ServerState.from_program_state(loaded), list(loaded["metrics"])
+    average = make_average(state, loaded)
   restore_metrics(os.path.join(output_dir, "metrics.csv"), history, constants)
   for name in ("resources.csv", "aggregation.csv"):
     truncate_csv(os.path.join(output_dir, name), state.round_num)
@@ -258,7 +266,7 @@ def _restore(process, state_manager, output_dir: str, constants=None):
            if process.keeps_client_state else None)
   if store is not None:
     store.rollback(state.round_num)
-  return state, history, store
+  return state, history, store, average
 
 
 def final_evaluation(config, process, state, store, train, test, random_init_baseline: bool):
@@ -398,11 +406,17 @@ def load_encoder(config, image_shape, manager) -> tf.keras.Model:
   tf.keras.utils.set_random_seed(config.seed)
   model = FunctionalModel(ssl_model_builder(config, image_shape))
   process = build_process(config, model, image_shape)
-  loaded = load_newest_readable(manager, program_state(process.initialize(), []))
+  initial = process.initialize()
+  average = observers_lib.weight_average(config, model, initial, None)
+  loaded = load_newest_readable(manager, program_state(
+      initial, [], average.weights if average is not None else None))
   if loaded is None:
     raise ValueError("the run has no checkpoint yet; run bin/train first")
+  state = ServerState.from_program_state(loaded)
+  if average is not None:  # --ema_eval: the encoder its probes read, the average.
+    state = observers_lib.weight_average(config, model, state, loaded).view(state)
   # One global encoder; a process whose encoders live in its clients' states refuses (no store).
-  return process.encoders(ServerState.from_program_state(loaded), None)[0][1]
+  return process.encoders(state, None)[0][1]
 
 
 def _divergence_hint(config) -> str:
