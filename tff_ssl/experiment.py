@@ -510,12 +510,16 @@ EVALUATE_PROTOCOLS = ("linear_probe", "tuned_linear_probe", "fine_tune", "superv
 
 
 def evaluate_run(run_dir: str, protocol: str = "linear_probe", *, label_fraction: float = 0.1,
-                 seed: int = 0, **overrides) -> tuple[str, dict[str, Any]]:
+                 seed: int = 0, dataset: str | None = None,
+                 **overrides) -> tuple[str, dict[str, Any]]:
   """Evaluates a finished run folder's encoder (what bin/evaluate does): `protocol` one of
   EVALUATE_PROTOCOLS ("supervised": the run's architecture trained from scratch on the labels),
-  `overrides` the protocol's steps / learning_rate / batch_size (None: its default). Writes and
-  returns (path, record): eval_<protocol>_<fraction>_seed<seed>.json in `run_dir`; the tuned probe's
-  record holds its chosen L2 and each candidate's held-out accuracy."""
+  `overrides` the protocol's steps / learning_rate / batch_size (None: its default), on the run's
+  dataset or on `dataset` (images of the same shape: an encoder pretrained on synthetic images
+  probed on the data it is meant for; its splits as the run's: train and test, or train and the
+  validation split with the run's validation_fraction). Writes and returns (path, record):
+  eval_<protocol>_<fraction>_seed<seed>[_<dataset>].json in `run_dir`; the tuned probe's record
+  holds its chosen L2 and each candidate's held-out accuracy."""
   if protocol not in EVALUATE_PROTOCOLS:
     raise ValueError(f"unknown evaluation protocol {protocol!r}; choose one of "
                      f"{list(EVALUATE_PROTOCOLS)}")
@@ -524,9 +528,18 @@ def evaluate_run(run_dir: str, protocol: str = "linear_probe", *, label_fraction
     raise ValueError(f"tuned_linear_probe chooses its own regularization and takes no "
                      f"{'/'.join(sorted(overrides))}; drop --{' --'.join(sorted(overrides))}")
   config, encoder = load_encoder(run_dir)
+  other = dataset not in (None, config.dataset)
+  if other:
+    if dataset not in data_lib.SOURCES:
+      raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(data_lib.SOURCES)}")
+    shape, theirs = data_lib.image_shape(dataset), tuple(encoder.input_shape[1:])
+    if tuple(shape) != theirs:
+      raise ValueError(f"--dataset={dataset} has images of shape {tuple(shape)}; {run_dir}'s "
+                       f"encoder reads {theirs}: choose a dataset of that shape")
+    config = dataclasses.replace(config, dataset=dataset)
   train, test = load_splits(config)
   record: dict[str, Any] = {"protocol": protocol, "label_fraction": label_fraction, "seed": seed,
-                            **overrides}
+                            "dataset": config.dataset, **overrides}
   if protocol == "tuned_linear_probe":
     fit = evaluation.tuned_linear_probe_fit(encoder, train, test, evaluation.TunedLinearProbeConfig(
         label_fraction=label_fraction, seed=seed))
@@ -541,6 +554,7 @@ def evaluate_run(run_dir: str, protocol: str = "linear_probe", *, label_fraction
         evaluation.fine_tune(encoder, train, test, cfg) if protocol == "fine_tune" else
         evaluation.supervised_from_scratch(lambda: tf.keras.models.clone_model(encoder), train,
                                            test, cfg))
-  path = os.path.join(run_dir, f"eval_{protocol}_{label_fraction:g}_seed{seed}.json")
+  path = os.path.join(run_dir, f"eval_{protocol}_{label_fraction:g}_seed{seed}"
+                             f"{'_' + dataset if other else ''}.json")
   rundir.write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
   return path, record

@@ -148,3 +148,10 @@ def test_supervised_baseline_and_evaluate_a_centralized_run(tmp_path):
   proc = subprocess.run([sys.executable, evaluate, f"--run_dir={tmp_path / 'none'}"],
                         capture_output=True, text=True, timeout=600, check=False)
   assert proc.returncode == 2 and "is not a run folder" in proc.stderr
+  # On another dataset of its shape (Debian's Fashion-MNIST): a record of its own.
+  path, record = experiment.evaluate_run(str(run), label_fraction=0.1, steps=20,
+                                         dataset="fashion_mnist")
+  assert path.endswith("eval_linear_probe_0.1_seed0_fashion_mnist.json")
+  assert record["dataset"] == "fashion_mnist" and 0.1 < record["accuracy"] <= 1
+  with pytest.raises(ValueError, match=r"--dataset=cifar10 has images of shape \(32, 32, 3\)"):
+    experiment.evaluate_run(str(run), dataset="cifar10")
