@@ -131,12 +131,6 @@ def _conv(sampling: str, accountant: str) -> Convention:
   return convention(accountant, sampling)
 
 
-def _relation(sampling: str):
-  if sampling not in SAMPLINGS:
-    raise ValueError(f"unknown client sampling {sampling!r}; choose one of {list(SAMPLINGS)}")
-  return _RELATIONS[RELATION_OF[sampling]]
-
-
 def default_delta(population: int) -> float:
   return 1.0 / population
 
@@ -189,7 +183,8 @@ def sampled_round(events: Sequence[dp_accounting.DpEvent], population: int, samp
   factory records them): the releases composed, scaled to the sampling's sensitivity, sampled."""
   if not 1 <= sample_size <= population:
     raise ValueError(f"a round samples 1 to {population} clients; got {sample_size}")
-  _relation(sampling)
+  if sampling not in SAMPLINGS:
+    raise ValueError(f"unknown client sampling {sampling!r}; choose one of {list(SAMPLINGS)}")
   events = [scaled(e, 0.5 if sampling == "fixed" else 1.0) for e in events]
   if any(_non_private(e) for e in events):  # A release without noise: no guarantee at all.
     return dp_accounting.NonPrivateDpEvent()
