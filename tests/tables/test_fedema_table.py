@@ -111,14 +111,18 @@ def test_claims_are_the_papers_at_each_label_seed():
 
 
 def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path):
-  """Each row's paper settings; then every row through `reproduce` for 2 rounds of one local epoch,
-  2 clients of 8 mock images, the model shrunk (tests/tables/paper_smoke.py), in one table."""
+  """Each row's paper settings; then the rows no other smoke runs through `reproduce` for 2 rounds
+  of one local epoch, 2 clients of 8 mock images, the model shrunk (tests/tables/paper_smoke.py), in one table."""
   paper = fedema_table3.paper().select(columns=["cifar10"])
   for row in paper.rows:
     c = paper.cell_config(row, paper.column("cifar10"))
     assert (c.dataset, c.encoder, c.width, c.projector, c.rounds, c.local_steps,
             c.local_batch_size, c.num_clients, c.clients_per_round) == (
                 "cifar10", "resnet18", 1.0, (4096, 256), 100, 5, 128, 5, 5)
+  # Two rounds of the rows whose code no other paper smoke runs: FedBYOL and FedU run (with FedFoA)
+  # in tests/tables/test_fedfoa_table.py's smoke, and FedSimCLR is FedAvg + SimCLR, every mini
+  # table's; each with other numbers, and every method in tests/methods/test_contract.py.
+  paper = paper.select(["fedmoco", "fedsimsiam", "fedema_lambda", "fedema_tau"], columns=["cifar10"])
   table = paper_smoke.smoke(paper, local_steps=1, samples_per_client=8, local_batch_size=8,
                             num_clients=2, clients_per_round=2)
   out = str(tmp_path / "paper")

@@ -91,8 +91,8 @@ def test_claims_are_the_papers_at_each_label_seed():
 @pytest.mark.parametrize("rows", [fedfoa_table.HOMOGENEOUS, fedfoa_table.HETEROGENEOUS],
                          ids=["homogeneous", "heterogeneous"])  # pytest-xdist spreads the two.
 def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path, rows):
-  """Each row's paper settings; then every row through `reproduce` for 2 rounds of one local epoch
-  on 16 mock images a client, the model shrunk (tests/tables/paper_smoke.py), FedFoA's warm-up cut
+  """Each row's paper settings; then every FedFoA row through `reproduce` for 2 rounds of one local
+  epoch on 16 mock images a client, the model shrunk (tests/tables/paper_smoke.py), FedFoA's warm-up cut
   to 1 round so that the term trains in round 2; the heterogeneous appendix."""
   paper = fedfoa_table.paper().select([k for k, _, _ in rows], columns=["cifar10"])
   for row in paper.rows:
@@ -103,6 +103,10 @@ def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path, rows):
     assert (c.architectures, c.projector) == ((("resnet18", "vgg9", "alexnet", "resnet34"), (256,))
                                               if hetero else (c.architectures, (4096, 256)))
     assert c.encoder == "resnet18" and c.width == 1.0 and c.fedfoa_warmup == 5
+  # Two rounds of the FedFoA rows only: a row without it is its method's code with other numbers,
+  # which tests/tables/test_fedema_table.py's smoke runs at the paper's settings for FedBYOL, FedU
+  # and FedEMA, and tests/methods/test_contract.py for every method, heterogeneous included.
+  paper = paper.select([r.key for r in paper.rows if r.config.fedfoa], columns=["cifar10"])
   table = paper_smoke.smoke(paper, local_steps=1, samples_per_client=16, local_batch_size=16)
   table = dataclasses.replace(table, rows=tuple(
       dataclasses.replace(r, config=dataclasses.replace(r.config, fedfoa_warmup=1))

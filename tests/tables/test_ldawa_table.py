@@ -193,7 +193,7 @@ def mock_cifar10(num_train=400, num_test=100):
 
 def test_paper_scale_runs_two_rounds(tmp_path):
   """L-DAWA_Loss (the most involved strategy; the rows differ in --aggregator, FedU's rows also in
-  their stateful clients, whose paper-scale smoke run is test_fedema_table.py's) on Barlow Twins /
+  their stateful clients, whose paper-scale smoke run is test_fedfoa_table.py's) on Barlow Twins /
   CIFAR-10: its paper settings, then 2 rounds of 1 local epoch on mock 8 px images with the model
   shrunk (tests/tables/paper_smoke.py)."""
   paper = ldawa_table2.paper().select(["ldawa_loss"], ["cifar10_barlow_twins"])
