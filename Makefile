@@ -17,4 +17,4 @@ demo: setup
 	@$(PY) bin/train --task=fmnist_dcco_demo --output_dir=runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
-	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=15
+	@$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=30

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.bin import binaries
 from tff_ssl import optim, runner
 from tff_ssl.data import synthetic
 from tff_ssl.experiment import ExperimentConfig
@@ -107,8 +108,9 @@ def test_a_layerwise_run_follows_the_schedule_across_stages_and_a_kill_9_resume(
           "--eval_steps=5"]
   train = os.path.join(ROOT, "bin", "train")
   full, killed = tmp_path / "full", tmp_path / "killed"
-  proc = subprocess.run([sys.executable, train, f"--output_dir={full}", *args],
-                        capture_output=True, text=True, timeout=900, check=False)
+  # The uninterrupted run and the rerun in this process (bin/train's main(); the rerun reuses the
+  # built process), the killed one in a process of its own.
+  proc = binaries.train_in_process(f"--output_dir={full}", *args)
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [r.split(",") for r in (full / "aggregation.csv").read_text().splitlines()]
   column = rows[0].index("client_learning_rate")
@@ -125,8 +127,7 @@ def test_a_layerwise_run_follows_the_schedule_across_stages_and_a_kill_9_resume(
     time.sleep(0.2)
   child.send_signal(signal.SIGKILL)
   child.wait()
-  proc = subprocess.run([sys.executable, train, f"--output_dir={killed}", *args],
-                        capture_output=True, text=True, timeout=900, check=False)
+  proc = binaries.train_in_process(f"--output_dir={killed}", *args)
   assert proc.returncode == 0, proc.stderr[-3000:]
   for name in ("metrics.csv", "aggregation.csv"):
     assert (killed / name).read_text() == (full / name).read_text(), name

@@ -60,6 +60,31 @@ def test_weight_standardized_convolution_matches_manual_computation():
   np.testing.assert_allclose(layer(x).numpy(), y.numpy(), atol=1e-4)
 
 
+@pytest.mark.parametrize("shape,axes", [((3, 3, 4, 5), [0, 1, 2]), ((2, 6, 3, 4), [1, 3]),
+                                        ((7, 4), [1])])
+def test_standardize_and_its_written_out_gradient_equal_autodiff_through_the_moments(shape, axes):
+  """`layers.standardize` (weight standardization, GroupNorm's core) against the form it replaced,
+  autodiff through tf.nn.moments, in float64: values and the gradient of a non-linear loss."""
+  rng = np.random.default_rng(1)
+  x = tf.constant(rng.normal(0.5, 2.0, size=shape))
+  w = tf.constant(rng.normal(size=shape))
+
+  def reference(x):
+    mean, var = tf.nn.moments(x, axes=axes, keepdims=True)
+    return (x - mean) * tf.math.rsqrt(var + 1e-5)
+
+  grads = []
+  for fn in (lambda x: models.layers.standardize(x, axes, 1e-5), reference):
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = fn(x)
+      loss = tf.reduce_sum(tf.sin(y) * w)
+    grads.append((y.numpy(), tape.gradient(loss, x).numpy()))
+  (y, g), (y_ref, g_ref) = grads
+  np.testing.assert_allclose(y, y_ref, rtol=1e-12, atol=1e-12)
+  np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-12)
+
+
 def test_num_groups_is_32_when_it_divides():
   assert models.num_groups(64) == 32
   assert models.num_groups(16) == 16
