@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
+from absl import logging
 
 from tff_ssl import config_fields
 from tff_ssl import data as data_lib
@@ -74,7 +75,7 @@ SHARED_FIELDS = (
     Field("encoder", "resnet14", "Encoder backbone.", choices=lambda: models.ENCODERS),
     _gt0("width", 1.0, "Encoder width multiplier."),
     models.resnet.STEM_STRIDE, models.resnet.POOL_GRID, models.resnet.WEIGHT_STANDARDIZATION, models.vit.DEPTH, models.vit.PATCH_SIZE,
-    models.vit.READOUT, models.vit.FREEZE_PATCH_EMBED,
+    models.vit.READOUT, models.vit.FREEZE_PATCH_EMBED, models.layers.PRECISION,
     Field("projector", (512, 512, 512), "Projector layer sizes, e.g. 1024,1024,1024.", item=int,
           lower=1),
     Field("predictor", (), "BYOL / SimSiam predictor layer sizes, ending at the projector's output "
@@ -165,6 +166,10 @@ class _ExperimentConfig:
     if self.encoder not in models.RESNETS and not self.weight_standardization:
       raise ValueError(f"weight_standardization is a ResNet option; encoder {self.encoder!r} is not "
                        f"a ResNet (drop --noweight_standardization)")
+    if vit and self.precision != "float32":
+      raise ValueError(f"--precision={self.precision} covers convolutions and dense layers of "
+                       f"vectors; the ViT {self.encoder!r} would still attend in float32 (use "
+                       f"--precision=float32, or a ResNet encoder)")
     if self.encoder not in models.RESNETS and self.pool_grid != 1:
       raise ValueError(f"pool_grid is a ResNet option; encoder {self.encoder!r} is not a ResNet "
                        f"(drop --pool_grid)")
@@ -230,7 +235,11 @@ class _ExperimentConfig:
 
   def build_encoder(self, image_shape, name: str | None = None) -> tf.keras.Model:
     """A freshly initialized encoder of this config for images of `image_shape` (H, W, C), as a
-    Keras model named `name` (default: the encoder's own name)."""
+    Keras model named `name` (default: the encoder's own name), multiplying in `precision`."""
+    with models.layers.precision(self.precision):
+      return self._build_encoder(image_shape, name)
+
+  def _build_encoder(self, image_shape, name: str | None = None) -> tf.keras.Model:
     return models.build_encoder(self.encoder, image_shape, width=self.width,
                                 small_input=image_shape[0] <= 64, stem_stride=self.stem_stride,
                                 **({"pool_grid": self.pool_grid} if self.pool_grid != 1 else {}),
@@ -315,6 +324,9 @@ def run(config: ExperimentConfig, output_dir: str, *, progress: bool = True,
 def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progress: bool,
          random_init_baseline: bool, evaluate: Evaluate | None) -> dict[str, Any]:
   train, test = load_splits(config)
+  warning = models.layers.bfloat16_warning(config.precision)
+  if warning:
+    logging.warning(warning)
   if config.pool_grid != 1:  # Before anything is written: the grid must fit the last feature map.
     models.resnet.check_pool_grid(config.encoder, train.image_shape[0], config.pool_grid,
                                   small_input=train.image_shape[0] <= 64,
@@ -407,12 +419,13 @@ def centralized_model_builder(config: ExperimentConfig, image_shape) -> Callable
   with_predictor = ssl_lib.get(config.ssl).predictor
 
   def build() -> models.SSLModel:
-    encoder = config.build_encoder(image_shape)
-    projector = models.build_mlp_head(encoder.output_shape[-1], config.projector, name="projector",
-                                      **projector_options)
-    predictor = (models.build_mlp_head(config.projector[-1], config.predictor_sizes,
-                                       name="predictor", **predictor_options)
-                 if with_predictor else None)
+    with models.layers.precision(config.precision):
+      encoder = config.build_encoder(image_shape)
+      projector = models.build_mlp_head(encoder.output_shape[-1], config.projector,
+                                        name="projector", **projector_options)
+      predictor = (models.build_mlp_head(config.projector[-1], config.predictor_sizes,
+                                         name="predictor", **predictor_options)
+                   if with_predictor else None)
     return models.SSLModel(encoder, projector, predictor)
   return build
 

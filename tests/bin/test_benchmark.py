@@ -25,7 +25,8 @@ def test_benchmark_writes_table_and_csv(tmp_path):
   proc = run("--model=tiny", "--dataset=synthetic", "--scenarios=dcco_128x4,dcco_previous_128x4",
              "--rounds=1", "--warmup=1", "--profile", f"--output_csv={out}")
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "| dcco_128x4 | 512 |" in proc.stdout and "| dcco_previous_128x4 | 512 |" in proc.stdout
+  assert ("| dcco_128x4 | float32 | 512 |" in proc.stdout
+          and "| dcco_previous_128x4 | float32 | 512 |" in proc.stdout)
   assert "profile dcco_128x4: phase1_tff_s" in proc.stdout
   rows = list(csv.DictReader(open(out)))
   assert [r["scenario"] for r in rows] == ["dcco_128x4", "dcco_previous_128x4"]
@@ -41,6 +42,9 @@ def test_benchmark_rejects_unknown_scenario(tmp_path):
   assert proc.returncode == 2
   assert proc.stderr.strip().count("\n") == 0 and "unknown scenario 'dcco_1x1'" in proc.stderr
   assert not out.exists()
+  proc = run("--precisions=float32,float16", f"--output_csv={out}", timeout=600)
+  assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+  assert "float16" in proc.stderr and "mixed_bfloat16" in proc.stderr and not out.exists()
 
 
 def test_aggregation_benchmark_writes_every_strategy(tmp_path):

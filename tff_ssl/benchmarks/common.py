@@ -152,7 +152,28 @@ def mini_model(image_shape) -> Callable[[], tf.keras.Model]:
   return build
 
 
-MODELS = {"demo": demo_model, "mini": mini_model, "tiny": tiny_model}
+def resnet18_model(image_shape) -> Callable[[], tf.keras.Model]:
+  """ResNet-18 (64-512 channels, the L-DAWA and FedEMA papers' encoder) + 512-512-512 projector:
+  where convolutions, not normalization, make most of a step."""
+  def build():
+    enc = models.build_encoder("resnet18", image_shape, width=1.0, small_input=True)
+    x = tf.keras.Input(image_shape)
+    return tf.keras.Model(x, models.build_mlp_head(enc.output_shape[-1], (512, 512, 512))(enc(x)))
+  return build
+
+
+MODELS = {"demo": demo_model, "mini": mini_model, "tiny": tiny_model, "resnet18": resnet18_model}
+
+
+def with_precision(build: Callable[[], tf.keras.Model], precision: str) -> Callable[[], tf.keras.Model]:
+  """`build` whose layers multiply in `precision` (`models.layers.PRECISIONS`, `--precision`)."""
+  models.layers.PRECISION.check(precision)
+
+  @tf.autograph.experimental.do_not_convert  # Called while a tf.function traces: Python as is.
+  def build_in_precision():
+    with models.layers.precision(precision):
+      return build()
+  return build_in_precision
 
 
 # -- timing and memory ----------------------------------------------------------------------------

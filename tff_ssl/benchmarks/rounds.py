@@ -18,32 +18,41 @@ and of the TFF worker process (`worker_binary`), which holds the round's tensors
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl.benchmarks.common import (AUGMENT, Scenario, best_of, build_process, median_time,
-                                       peak_rss_mb, round_clients)
+                                       peak_rss_mb, ratio, round_clients, with_precision)
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.methods import dcco as dcco_lib
 
-FIELDS = ("scenario", "images_per_round", "reference_s", "grouped_s", "baseline", "baseline_s",
-          "reference_ratio", "grouped_ratio", "peak_rss_python_mb", "peak_rss_worker_mb")
+FIELDS = ("scenario", "precision", "images_per_round", "reference_s", "grouped_s", "baseline",
+          "baseline_s", "baseline_xla_s", "reference_ratio", "grouped_ratio", "peak_rss_python_mb",
+          "peak_rss_worker_mb")
 
 
-def _centralized_step(model: FunctionalModel, scenario: Scenario):
-  """One SGD step of the within-batch loss on the union of the round's images."""
+def _centralized_step(model: FunctionalModel, scenario: Scenario, jit_compile: bool = False):
+  """One SGD step of the within-batch loss on the union of the round's images (`jit_compile`: the
+  model's forward and backward pass compiled by XLA; the augmentation, whose crops XLA cannot
+  compile, stays a graph)."""
   loss_fn = scenario.loss_fn()
 
-  @tf.function
-  def step(weights, images, ids, seed):
-    v1, v2 = common.views({"images": images, "ids": ids}, seed, AUGMENT)
+  @tf.function(jit_compile=jit_compile)
+  def loss_and_grads(weights, v1, v2):
     with tf.GradientTape() as tape:
       tape.watch(weights)
       f, g = common.encode_views(model, weights, v1, v2)
       loss = loss_fn(f, g)
-    grads = tape.gradient(loss, weights)
+    return loss, tape.gradient(loss, weights)
+
+  @tf.function
+  def step(weights, images, ids, seed):
+    v1, v2 = common.views({"images": images, "ids": ids}, seed, AUGMENT)
+    loss, grads = loss_and_grads(weights, v1, v2)
     return [w - 1e-3 * gr for w, gr in zip(weights, grads)], loss
 
   return step
@@ -73,13 +82,16 @@ def _sequential_training(model: FunctionalModel, scenario: Scenario):
 
 
 def run_scenario(scenario: Scenario, images: np.ndarray, model_builder, *, warmup: int = 2,
-                 rounds: int = 5, modes=("reference", "grouped"), log=print) -> dict:
-  """Times one scenario; returns a row of `FIELDS`."""
+                 rounds: int = 5, modes=("reference", "grouped"), precision: str = "float32",
+                 xla: bool = False, log=print) -> dict:
+  """Times one scenario, its model multiplying in `precision` (`with_precision`); `xla`: also the
+  centralized baseline compiled by XLA. Returns a row of `FIELDS`."""
   image_shape = images.shape[1:]
   tf.keras.utils.set_random_seed(0)
-  model = FunctionalModel(model_builder)
-  row = {"scenario": scenario.name, "images_per_round": scenario.clients * scenario.samples_per_client,
-         "baseline": scenario.baseline}
+  model = FunctionalModel(with_precision(model_builder, precision))
+  row = {"scenario": scenario.name, "precision": precision,
+         "images_per_round": scenario.clients * scenario.samples_per_client,
+         "baseline": scenario.baseline, "baseline_xla_s": float("nan")}
   for mode in ("reference", "grouped"):
     if mode not in modes:
       row[f"{mode}_s"] = float("nan")
@@ -101,14 +113,20 @@ def run_scenario(scenario: Scenario, images: np.ndarray, model_builder, *, warmu
     def baseline(r):
       plain_state[0], _ = plain.next(plain_state[0], round_clients(images, scenario, r))
   elif scenario.baseline == "centralized":
-    step = _centralized_step(model, scenario)
+    def centralized(step):
+      def baseline(r):
+        clients = round_clients(images, scenario, r)
+        x = np.concatenate([c["images"] for c in clients])
+        ids = np.concatenate([c["ids"] for c in clients])
+        new, loss = step(weights, x, ids, tf.constant([0, r], tf.int64))
+        float(loss)  # Waits for the step.
+      return baseline
 
-    def baseline(r):
-      clients = round_clients(images, scenario, r)
-      x = np.concatenate([c["images"] for c in clients])
-      ids = np.concatenate([c["ids"] for c in clients])
-      new, loss = step(weights, x, ids, tf.constant([0, r], tf.int64))
-      float(loss)  # Waits for the step.
+    baseline = centralized(_centralized_step(model, scenario))
+    if xla:
+      row["baseline_xla_s"] = median_time(
+          centralized(_centralized_step(model, scenario, jit_compile=True)), warmup, rounds)
+      log(f"  {scenario.name}: centralized, XLA {row['baseline_xla_s']:.3f} s/step")
   else:
     train = _sequential_training(model, scenario)
 
@@ -118,22 +136,41 @@ def run_scenario(scenario: Scenario, images: np.ndarray, model_builder, *, warmu
         delta[0].numpy()
   row["baseline_s"] = median_time(baseline, warmup, rounds)
   log(f"  {scenario.name}: {scenario.baseline} {row['baseline_s']:.3f} s/round")
-  row["reference_ratio"] = row["reference_s"] / row["baseline_s"]
+  row["reference_ratio"] = row["reference_s"] / row["baseline_s"]  # NaN where a mode is off.
   row["grouped_ratio"] = row["grouped_s"] / row["baseline_s"]
   row["peak_rss_python_mb"], row["peak_rss_worker_mb"] = peak_rss_mb()
   return row
 
 
 def format_table(rows: list[dict]) -> str:
-  header = ("| scenario | images/round | reference s | grouped s | baseline | baseline s | "
-            "reference ÷ baseline | grouped ÷ baseline | peak RSS python / worker MB |")
-  lines = [header, "|" + "---|" * 9]
+  header = ("| scenario | precision | images/round | reference s | grouped s | baseline | baseline s | "
+            "XLA baseline s | reference ÷ baseline | grouped ÷ baseline | "
+            "peak RSS python / worker MB |")
+  lines = [header, "|" + "---|" * 11]
   for r in rows:
-    lines.append(f"| {r['scenario']} | {r['images_per_round']} | {r['reference_s']:.3f} | "
-                 f"{r['grouped_s']:.3f} | {r['baseline']} | {r['baseline_s']:.3f} | "
+    lines.append(f"| {r['scenario']} | {r['precision']} | {r['images_per_round']} | "
+                 f"{r['reference_s']:.3f} | {r['grouped_s']:.3f} | {r['baseline']} | "
+                 f"{r['baseline_s']:.3f} | {r['baseline_xla_s']:.3f} | "
                  f"{r['reference_ratio']:.2f} | {r['grouped_ratio']:.2f} | "
                  f"{r['peak_rss_python_mb']:.0f} / {r['peak_rss_worker_mb']:.0f} |")
   return "\n".join(lines)
+
+
+def format_speedups(rows: list[dict], base: str = "float32") -> str:
+  """Per scenario measured in `base` and another precision: base's time over the other's, for each
+  timed part (> 1: the other precision is faster), and XLA's over the same precision's graph."""
+  by_key = {(r["scenario"], r["precision"]): r for r in rows}
+  lines = ["| scenario | precision | reference | grouped | baseline | XLA baseline (vs float32 "
+           "graph) |", "|" + "---|" * 6]
+  for r in rows:
+    ref = by_key.get((r["scenario"], base))
+    if ref is None or (r["precision"] == base and math.isnan(r["baseline_xla_s"])):
+      continue
+    lines.append(f"| {r['scenario']} | {r['precision']} | "
+                 + " | ".join(f"{ratio(ref[k], r[k]):.2f}x"
+                              for k in ("reference_s", "grouped_s", "baseline_s"))
+                 + f" | {ratio(ref['baseline_s'], r['baseline_xla_s']):.2f}x |")
+  return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def profiled(scenario: Scenario) -> bool:

@@ -42,6 +42,10 @@ def ssl_model_builder(config, image_shape, features: bool = False):
   projector_options, predictor_options = head_options(config)
 
   def build():
+    with models.layers.precision(config.precision):
+      return build_model()
+
+  def build_model():
     enc = config.build_encoder(image_shape, name=ENCODER_NAME)
     proj = models.build_mlp_head(enc.output_shape[-1], config.projector, name="projector",
                                  **projector_options)

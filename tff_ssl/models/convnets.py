@@ -20,7 +20,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tff_ssl.models.layers import WSConv2D, group_norm
+from tff_ssl.models.layers import Dense, WSConv2D, group_norm
 
 # name -> (layers: an int is a conv's filters with the kernel of `kernels`, "M" a max-pool; the
 # dense layers' sizes).
@@ -60,7 +60,7 @@ def build_convnet(name_: str, input_shape: Sequence[int], *, width: float = 1.0,
     x = tf.keras.layers.ReLU(name=f"relu{conv}")(x)
   x = tf.keras.layers.Flatten(name="flatten")(x)
   for i, size in enumerate(dense):
-    x = tf.keras.layers.Dense(scale(size), use_bias=False, name=f"fc{i + 1}")(x)
+    x = Dense(scale(size), use_bias=False, name=f"fc{i + 1}")(x)
     x = group_norm(scale(size), f"fc{i + 1}_gn", min_group_size=4)(x)
     x = tf.keras.layers.ReLU(name=f"fc{i + 1}_relu")(x)
   return tf.keras.Model(inputs, x, name=name or name_)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tff_ssl.models.layers import BatchStatNormalization, group_norm
+from tff_ssl.models.layers import BatchStatNormalization, Dense, group_norm
 
 HEAD_NORMS = ("group", "batch", "none")
 
@@ -43,7 +43,7 @@ def build_mlp_head(input_dim: int, sizes: Sequence[int], *, name: str = "project
     last = i == len(sizes) - 1
     # A bias only where no normalization follows (it would subtract it again).
     bias = (not output_norm) if last else norm == "none"
-    x = tf.keras.layers.Dense(size, use_bias=bias, name=f"{name}_dense{i + 1}")(x)
+    x = Dense(size, use_bias=bias, name=f"{name}_dense{i + 1}")(x)
     if not last:
       if norm == "group":
         x = group_norm(size, f"{name}_gn{i + 1}", min_group_size=MIN_HEAD_GROUP_SIZE)(x)

@@ -5,14 +5,129 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
+
 MAX_GROUPS = 32  # DCCO: GroupNorm with 32 groups (Sec. 4.1).
 
+# --precision: the dtype the convolutions and dense layers multiply in (None: their inputs'). Everything
+# else (normalization, activations, losses, statistics, clipping) stays in float32.
+PRECISIONS = {"float32": None, "mixed_bfloat16": tf.bfloat16}
+_precision = threading.local()
+PRECISION = Field(
+    "precision", "float32", "What convolutions and dense layers multiply in: float32, or "
+    "mixed_bfloat16 (bfloat16 operands, float32 results; weights, normalization, losses, "
+    "statistics, DP clipping and accounting stay float32). Faster only on CPUs with AMX or "
+    "AVX512-BF16 (docs/performance.md); ResNets and the plain convnets only.",
+    choices=tuple(PRECISIONS))
 
-class WSConv2D(tf.keras.layers.Conv2D):
+
+@contextlib.contextmanager
+def precision(name: str):
+  """Layers of this module constructed within it multiply in `name`'s dtype (`PRECISIONS`): with
+  "mixed_bfloat16" a convolution or dense layer casts its float32 input and weight to bfloat16,
+  multiplies (oneDNN: AMX or AVX512-BF16 where the CPU has them), and casts its output back, so its
+  gradients are bfloat16 products too. Weights, their updates and every other op stay float32 (unlike
+  Keras' mixed_bfloat16 policy, which computes whole layers, normalization included, in bfloat16)."""
+  if name not in PRECISIONS:
+    raise ValueError(f"unknown precision {name!r}; choose one of {sorted(PRECISIONS)}")
+  previous = getattr(_precision, "name", "float32")
+  _precision.name = name
+  try:
+    yield
+  finally:
+    _precision.name = previous
+
+
+def current_precision() -> str:
+  return getattr(_precision, "name", "float32")
+
+
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA) at or above which it multiplies bfloat16 natively.
+_NATIVE_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
+                     "AVX512_CORE_AMX_FP16", "ALL", "DEFAULT")
+
+
+def native_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+  """Whether oneDNN multiplies bfloat16 in hardware here: the CPU has AMX-BF16 or AVX512-BF16 and
+  ONEDNN_MAX_CPU_ISA does not cap oneDNN below them. Elsewhere it converts to float32 and back, and
+  mixed_bfloat16 is slower than float32 (docs/performance.md)."""
+  cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+  if cap not in _NATIVE_BF16_ISAS:
+    return False
+  try:
+    with open(cpuinfo) as f:
+      flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+  except OSError:
+    return False
+  return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def bfloat16_warning(precision_name: str) -> str | None:
+  """The line to print where `precision_name` multiplies in bfloat16 on a CPU that emulates it."""
+  if PRECISIONS[precision_name] is None or native_bfloat16():
+    return None
+  return (f"--precision={precision_name} on a CPU without AMX or AVX512-BF16 (or with "
+          f"ONEDNN_MAX_CPU_ISA capping them): bfloat16 is emulated and slower than float32 "
+          f"(docs/performance.md); use --precision=float32 here")
+
+
+class _PrecisionMixin:
+  """A layer's `precision` (from the `precision` scope it was constructed in, or given), kept in its
+  config, and `_operands` casting what it multiplies to that precision's dtype."""
+
+  def _init_precision(self, precision_name: str | None) -> None:
+    self.precision = precision_name or current_precision()
+    if self.precision not in PRECISIONS:
+      raise ValueError(f"unknown precision {self.precision!r}; choose one of {sorted(PRECISIONS)}")
+
+  def _operands(self, *tensors):
+    dtype = PRECISIONS[self.precision]
+    return tensors if dtype is None else tuple(tf.cast(t, dtype) for t in tensors)
+
+  def _result(self, y, like):
+    return y if y.dtype == like.dtype else tf.cast(y, like.dtype)
+
+
+class Conv2D(_PrecisionMixin, tf.keras.layers.Conv2D):
+  """Keras' Conv2D multiplying in its `precision` (the class keeps Keras' name, so automatic layer
+  names are unchanged)."""
+
+  def __init__(self, *args, precision: str | None = None, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._init_precision(precision)
+
+  def convolution_op(self, inputs, kernel):
+    return self._result(super().convolution_op(*self._operands(inputs, kernel)), inputs)
+
+  def get_config(self):
+    return {**super().get_config(), "precision": self.precision}
+
+
+class Dense(_PrecisionMixin, tf.keras.layers.Dense):
+  """Keras' Dense (of 2-D inputs) multiplying in its `precision`."""
+
+  def __init__(self, *args, precision: str | None = None, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._init_precision(precision)
+
+  def call(self, inputs):
+    if PRECISIONS[self.precision] is None or inputs.shape.rank != 2:
+      return super().call(inputs)
+    y = self._result(tf.matmul(*self._operands(inputs, self.kernel)), inputs)
+    if self.use_bias:
+      y = tf.nn.bias_add(y, self.bias)
+    return self.activation(y) if self.activation is not None else y
+
+  def get_config(self):
+    return {**super().get_config(), "precision": self.precision}
+
+
+class WSConv2D(Conv2D):
   """Conv2D with Weight Standardization (Qiao et al., 2019).
 
   Each output filter of the kernel is standardized to zero mean and unit variance over its
@@ -27,12 +142,13 @@ class WSConv2D(tf.keras.layers.Conv2D):
     return standardize(kernel, [0, 1, 2], self.ws_eps)
 
   def convolution_op(self, inputs, kernel):
-    kernel = self.standardized_kernel(kernel)
+    kernel = self.standardized_kernel(kernel)  # In float32: a per-filter normalization.
     if getattr(_gradients, "sliced", False):
       if tuple(self.dilation_rate) != (1, 1) or self.data_format != "channels_last":
         raise ValueError(f"{self.name}: sliced filter gradients take undilated NHWC "
                          f"convolutions; got dilation {self.dilation_rate}, {self.data_format}")
-      return sliced_conv2d(inputs, kernel, tuple(self.strides), self.padding.upper())
+      return self._result(sliced_conv2d(*self._operands(inputs, kernel), tuple(self.strides),
+                                        self.padding.upper()), inputs)
     return super().convolution_op(inputs, kernel)
 
   def get_config(self):
@@ -147,24 +263,53 @@ class GroupNormalization(tf.keras.layers.GroupNormalization):
       if self.center:
         out = out + tf.reshape(self.beta, param_shape)
       return tf.reshape(out, shape)
-    epsilon, outer = self.epsilon, list(range(rank - 1))
+    return tf.reshape(group_normalize(grouped, self.gamma, self.beta, self.epsilon, param_shape),
+                      shape)
 
-    @tf.custom_gradient
-    def normalize(grouped, gamma, beta):
-      centered = grouped - tf.reduce_mean(grouped, axes, keepdims=True)
-      inv = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True) + epsilon)
-      x_hat = centered * inv
-      gamma = tf.reshape(gamma, param_shape)
 
-      def grad(g):
-        g_hat = g * gamma
-        dx = inv * (g_hat - tf.reduce_mean(g_hat, axes, keepdims=True)
-                    - x_hat * tf.reduce_mean(g_hat * x_hat, axes, keepdims=True))
-        return (dx, tf.reshape(tf.reduce_sum(g * x_hat, outer), [channels]),
-                tf.reshape(tf.reduce_sum(g, outer), [channels]))
-      return x_hat * gamma + tf.reshape(beta, param_shape), grad
+def group_normalize(grouped: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
+                    param_shape: list[int]) -> tf.Tensor:
+  """GroupNorm of `grouped` ([B, *spatial, G, C/G] = param_shape's last two) scaled by `gamma` and shifted by `beta` ([C]),
+  and its gradient, both written with as few passes over the activations as the math allows: a
+  normalization step is bound by memory traffic, not arithmetic (docs/performance.md, "The step's
+  op table").
 
-    return tf.reshape(normalize(grouped, self.gamma, self.beta), shape)
+  Forward: mean, the squared deviations' mean (the two-pass variance, as tf.nn.moments), then
+  y = x a + b with per-(image, channel) a = gamma / sigma, b = beta - mu a: five passes where
+  normalize-then-scale takes seven. Backward, with x_hat = (x - mu) / sigma and sums over space of
+  g and g x per (image, channel) (the only full-size reductions):
+    dgamma = sum_{B, space} g x_hat,  dbeta = sum_{B, space} g,
+    dx = a g + p x + q,  p = -m2 / sigma^2,  q = (mu m2 / sigma - m1) / sigma,
+  where m1 and m2 are the group means of gamma g and gamma g x_hat: seven passes where the
+  textbook form (normalized gradient minus its means) takes twelve."""
+  rank = grouped.shape.rank
+  spatial = list(range(1, rank - 2))
+  axes = spatial + [rank - 1]
+
+  @tf.custom_gradient
+  def normalize(x, gamma, beta):
+    mu = tf.reduce_mean(x, axes, keepdims=True)
+    inv = tf.math.rsqrt(
+        tf.reduce_mean(tf.math.squared_difference(x, mu), axes, keepdims=True) + epsilon)
+    gamma = tf.reshape(gamma, param_shape)
+    a = inv * gamma
+    b = tf.reshape(beta, param_shape) - mu * a
+
+    def grad(g):
+      count = tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), axes)), x.dtype)
+      s_g = tf.reduce_sum(g, spatial, keepdims=True) if spatial else g
+      s_gx = tf.reduce_sum(g * x, spatial, keepdims=True) if spatial else g * x
+      t = inv * (s_gx - mu * s_g)  # Sum over space of g x_hat, per (image, channel).
+      outer = list(range(rank - 2))
+      m1 = tf.reduce_sum(gamma * s_g, [rank - 1], keepdims=True) / count
+      m2 = tf.reduce_sum(gamma * t, [rank - 1], keepdims=True) / count
+      p = -inv * inv * m2
+      q = inv * (inv * m2 * mu - m1)
+      return (a * g + p * x + q, tf.reshape(tf.reduce_sum(t, outer), [-1]),
+              tf.reshape(tf.reduce_sum(s_g, outer), [-1]))
+    return x * a + b, grad
+
+  return normalize(grouped, gamma, beta)
 
 
 def group_norm(channels: int, name: str | None = None,

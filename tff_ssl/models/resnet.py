@@ -23,7 +23,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tff_ssl.config_fields import Field
-from tff_ssl.models.layers import WSConv2D, group_norm
+from tff_ssl.models.layers import Conv2D, WSConv2D, group_norm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +44,7 @@ RESNETS = {
 
 def _conv(filters: int, kernel: int, stride: int, name: str,
           standardize: bool = True) -> tf.keras.layers.Conv2D:
-  layer = WSConv2D if standardize else tf.keras.layers.Conv2D
+  layer = WSConv2D if standardize else Conv2D
   return layer(filters, kernel, strides=stride, padding="same", use_bias=False,
                kernel_initializer="he_normal", name=name)
 
