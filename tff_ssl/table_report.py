@@ -105,42 +105,69 @@ UNTESTED = "untested: below the baselines"
 @dataclasses.dataclass(frozen=True)
 class Gate:
   """Which cells clear the baselines. `margins[(row, column)]`: {evaluation key: (points over raw
-  pixels, points over random init)}, fractions, for each gate evaluation the cell has; `problem`:
-  why no cell can pass (missing baselines, too few label seeds), or ""."""
+  pixels, points over random init)}, fractions, for each evaluation with baselines the cell has;
+  `evaluations`: the gate's keys at the main label fraction; `problem`: why no cell can pass there
+  (missing baselines, too few label seeds), or "". `at_fraction[f]`: the gate's keys at label
+  fraction f (`Table.gate_keys_at`), `fractions[key]`: an evaluation's label fraction: a comparison
+  at 1% of the labels is gated by the probe at 1% (issue 72), not at the main fraction."""
 
   evaluations: tuple[str, ...]
   margins: dict
   problem: str = ""
   own_baselines: frozenset = frozenset()  # (row, column) measured against baselines of its own.
+  at_fraction: dict = dataclasses.field(default_factory=dict)
+  fractions: dict = dataclasses.field(default_factory=dict)
+  problems: dict = dataclasses.field(default_factory=dict)  # Gate keys -> problem ("" when none).
 
-  def passes(self, row: str, column: str) -> bool:
-    if self.problem:
+  def keys_for(self, evaluations=None) -> tuple[str, ...]:
+    """The gate keys that gate a comparison at `evaluations` (default: the main gate's): the gate's
+    probe at each of their label fractions."""
+    if not evaluations or not self.fractions:
+      return self.evaluations
+    keys: list[str] = []
+    for f in dict.fromkeys(self.fractions.get(k) for k in evaluations):
+      keys += [k for k in self.at_fraction.get(f, ()) if k not in keys]
+    return tuple(keys)
+
+  def problem_for(self, keys) -> str:
+    if tuple(keys) == tuple(self.evaluations):
+      return self.problem
+    if not keys:
+      return "no gate probe at these label fractions"
+    return self.problems.get(tuple(keys), "")
+
+  def passes(self, row: str, column: str, evaluations=None) -> bool:
+    keys = self.keys_for(evaluations)
+    if self.problem_for(keys):
       return False
     m = self.margins.get((row, column), {})
-    return len(m) == len(self.evaluations) and all(
-        raw >= GATE_OVER_RAW_PIXELS - 1e-9 and rnd >= GATE_OVER_RANDOM_INIT - 1e-9
-        for raw, rnd in m.values())
+    return all(k in m for k in keys) and all(
+        m[k][0] >= GATE_OVER_RAW_PIXELS - 1e-9 and m[k][1] >= GATE_OVER_RANDOM_INIT - 1e-9
+        for k in keys)
 
-  def why_not(self, row: str, column: str) -> str:
+  def why_not(self, row: str, column: str, evaluations=None) -> str:
     """Why the cell does not pass (for a check's line)."""
-    if self.problem:
-      return self.problem
+    keys = self.keys_for(evaluations)
+    problem = self.problem_for(keys)
+    if problem:
+      return problem
     m = self.margins.get((row, column), {})
-    if len(m) < len(self.evaluations):
+    if not all(k in m for k in keys):
       return "not run on every gate evaluation"
-    raws = ", ".join(f"{100 * raw:+.1f}" for raw, _ in m.values())
-    rnds = ", ".join(f"{100 * rnd:+.1f}" for _, rnd in m.values())
-    return f"over raw pixels {raws}, over random init {rnds} points"
+    raws = ", ".join(f"{100 * m[k][0]:+.1f}" for k in keys)
+    rnds = ", ".join(f"{100 * m[k][1]:+.1f}" for k in keys)
+    where = "" if tuple(keys) == tuple(self.evaluations) else f" ({', '.join(keys)})"
+    return f"over raw pixels {raws}, over random init {rnds} points{where}"
 
-  def ordering(self, text: str, cells, holds: bool) -> str:
+  def ordering(self, text: str, cells, holds: bool, evaluations=None) -> str:
     """A check's line: `text` and "holds" / "**fails**" when every cell of `cells` ((row, column)
-    pairs) passes the gate; else the ordering is untested, with the first failing cell's margins."""
-    failing = [(r, c) for r, c in cells if not self.passes(r, c)]
+    pairs) passes the gate at the comparison's label fractions; else the ordering is untested, with
+    the first failing cell's margins."""
+    failing = [(r, c) for r, c in cells if not self.passes(r, c, evaluations)]
     if not failing:
       return f"{text} — {'holds' if holds else '**fails**'}"
     row, column = failing[0]
-    return f"{text} — {UNTESTED} ({row}: {self.why_not(row, column)})"
-
+    return f"{text} — {UNTESTED} ({row}: {self.why_not(row, column, evaluations)})"
 
   def compare(self, table: Table, records, better: str, base: str, column: str, strict: bool,
               label: str = "", within: float | None = None,
@@ -175,7 +202,7 @@ class Gate:
             f"{table.row(base).name} {' / '.join(fmt(y) for y in b)} "
             f"({' / '.join(f'{100 * (x - y):+.1f}' for x, y in zip(a, b))} points)")
     gated = [(r, c) for r, c in cells if not table.row(r).supervised]
-    line = self.ordering(text, gated, all(held))
+    line = self.ordering(text, gated, all(held), keys)
     if any(held) and not all(held) and line.endswith("**fails**"):
       line += (f" at {', '.join(k for k, h in zip(keys, held) if not h)} (holds at "
                f"{', '.join(k for k, h in zip(keys, held) if h)})")
@@ -262,21 +289,28 @@ def claim_sources(table: Table) -> list[str]:
   return out
 
 
-def gate(table: Table, records, baselines, cell_baselines=None) -> Gate:
-  """The gate of a table's pretrained cells on its main probe (`table.gate_evaluations`, default the
-  first evaluation), against the raw-pixel and random-init rows of the same evaluation;
-  `cell_baselines[(row, column)][evaluation]` replaces them for a cell (`Table.cell_baselines`)."""
-  keys = table.gate_keys
-  problem = ""
+def _gate_problem(keys, baselines) -> str:
   missing = [k for k in keys if k not in (baselines or {})]
   if missing:
-    problem = f"no baselines for {missing[0]}"
-  elif len(keys) < MIN_GATE_SEEDS:
-    problem = (f"the main probe at {len(keys)} label seed; the gate needs {MIN_GATE_SEEDS}")
+    return f"no baselines for {missing[0]}"
+  if len(keys) < MIN_GATE_SEEDS:
+    return f"the main probe at {len(keys)} label seed; the gate needs {MIN_GATE_SEEDS}"
+  return ""
+
+
+def gate(table: Table, records, baselines, cell_baselines=None) -> Gate:
+  """The gate of a table's pretrained cells on its main probe (`table.gate_evaluations`, default the
+  first evaluation), against the raw-pixel and random-init rows of the same evaluation, at each
+  label fraction the table evaluates (`Table.gate_keys_at`); `cell_baselines[(row, column)]
+  [evaluation]` replaces them for a cell (`Table.cell_baselines`)."""
+  keys = table.gate_keys
+  fractions = {e.key: e.label_fraction for e in table.evaluations}
+  at_fraction = {f: table.gate_keys_at(f) for f in dict.fromkeys(fractions.values())}
+  gate_keys = {k for ks in at_fraction.values() for k in ks} | set(keys)
   margins: dict = {}
   supervised = {r.key for r in table.rows if r.supervised}  # No pretrained encoder to gate.
   for rec in records:
-    if rec["evaluation"] in keys and rec["ours"] is not None and rec["evaluation"] in (
+    if rec["evaluation"] in gate_keys and rec["ours"] is not None and rec["evaluation"] in (
         baselines or {}) and rec["row"] not in supervised:
       base = {**baselines[rec["evaluation"]],
               **(cell_baselines or {}).get((rec["row"], rec["column"]), {}).get(
@@ -287,33 +321,44 @@ def gate(table: Table, records, baselines, cell_baselines=None) -> Gate:
   own = frozenset(cell for cell, evals in (cell_baselines or {}).items()
                   if any(evals.get(k) is not None and baselines and k in baselines and
                          any(evals[k].get(b) != baselines[k][b] for b in evals[k]) for k in keys))
-  return Gate(keys, margins, problem, own)
+  problems = {tuple(ks): _gate_problem(ks, baselines) for ks in at_fraction.values() if ks}
+  return Gate(keys, margins, _gate_problem(keys, baselines), own, at_fraction, fractions, problems)
 
 
 def gate_lines(table: Table, g: Gate) -> list[str]:
-  """The gate section: each pretrained cell's margins and whether it passes."""
-  names = {r.key: r.name for r in table.rows}
-  labels = {c.key: f"{c.group} {c.label}".strip() for c in table.columns}
+  """The gate section: each pretrained cell's margins and whether it passes, at the main label
+  fraction, then at each other fraction the table evaluates with the gate's probe."""
   lines = [f"A cell passes when it is >= {100 * GATE_OVER_RAW_PIXELS:.0f} point above raw pixels "
            f"and >= {100 * GATE_OVER_RANDOM_INIT:.0f} above random init on every gate evaluation "
            f"({', '.join(g.evaluations)}); the goal is raw pixels + "
-           f"{100 * GOAL_OVER_RAW_PIXELS:.0f}. An ordering is tested only between cells that pass."]
-  if g.problem:
-    lines.append(f"No cell can pass: {g.problem}; every ordering is {UNTESTED}.")
-  if not g.margins:
+           f"{100 * GOAL_OVER_RAW_PIXELS:.0f}. An ordering is tested only between cells that pass, "
+           f"at the label fraction it compares (a comparison at 1% of the labels by the gate at 1%)."]
+  lines += _gate_table(table, g, g.evaluations)
+  for fraction, keys in g.at_fraction.items():
+    if keys and tuple(keys) != tuple(g.evaluations):
+      lines += ["", f"At {100 * fraction:g}% of the labels ({', '.join(keys)}):"]
+      lines += _gate_table(table, g, keys)
+  return lines
+
+
+def _gate_table(table: Table, g: Gate, keys) -> list[str]:
+  names = {r.key: r.name for r in table.rows}
+  labels = {c.key: f"{c.group} {c.label}".strip() for c in table.columns}
+  problem = g.problem_for(keys)
+  lines = [f"No cell can pass: {problem}; every ordering is {UNTESTED}."] if problem else []
+  cells = [(cell, m) for cell, m in g.margins.items() if all(k in m for k in keys) or problem]
+  if not cells:
     return lines
   lines += ["", "| cell | over raw pixels (points) | over random init (points) | gate |",
             "|---|---|---|---|"]
-  for (row, column), m in g.margins.items():
-    if len(m) < len(g.evaluations) and not g.problem:
-      continue
-    raws = [raw for raw, _ in m.values()]
+  for (row, column), m in cells:
+    raws = [m[k][0] for k in keys if k in m]
     verdict = ("passes" + (", goal met" if min(raws) >= GOAL_OVER_RAW_PIXELS - 1e-9 else "")
-               if g.passes(row, column) else "untested" if g.problem else "**fails**")
+               if g.passes(row, column, keys) else "untested" if problem else "**fails**")
     where = f"{names.get(row, row)}" + (f", {labels.get(column, column)}" if column else "") + (
         " (against its own baselines)" if (row, column) in g.own_baselines else "")
     lines.append(f"| {where} | {', '.join(f'{100 * v:+.1f}' for v in raws)} | "
-                 f"{', '.join(f'{100 * rnd:+.1f}' for _, rnd in m.values())} | {verdict} |")
+                 f"{', '.join(f'{100 * m[k][1]:+.1f}' for k in keys if k in m)} | {verdict} |")
   return lines
 
 

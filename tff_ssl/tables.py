@@ -286,6 +286,19 @@ class Table:
     """The evaluation keys the gate reads: `gate_evaluations`, or the first evaluation alone."""
     return tuple(self.gate_evaluations) or (self.evaluations[0].key,)
 
+  def gate_keys_at(self, label_fraction: float) -> tuple[str, ...]:
+    """The gate's probe at `label_fraction`: the evaluations whose protocol is a gate evaluation's
+    but for the label fraction and the label seed (the main fraction's: `gate_keys`)."""
+    gates = [e for e in self.evaluations if e.key in self.gate_keys]
+    if any(e.label_fraction == label_fraction for e in gates):
+      return self.gate_keys
+    def same_probe(e, g):
+      return type(e.protocol) is type(g.protocol) and dataclasses.replace(
+          e.protocol, label_fraction=g.label_fraction, **(
+              {"seed": g.label_seed} if hasattr(g.protocol, "seed") else {})) == g.protocol
+    return tuple(e.key for e in self.evaluations if e.label_fraction == label_fraction
+                 and any(same_probe(e, g) for g in gates))
+
   @property
   def piloted_rows(self) -> tuple[Row, ...]:
     """Rows whose learning rate is chosen by pilot runs of their own."""

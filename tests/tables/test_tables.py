@@ -401,3 +401,39 @@ def test_gate_on_hand_made_numbers():
   assert no_base.problem == "no baselines for s1" and not no_base.passes("dcco", "noniid_1")
   with pytest.raises(ValueError, match="gate evaluation 'nope' is not an evaluation"):
     dataclasses.replace(table, gate_evaluations=("s0", "nope"))
+
+
+def test_a_comparison_at_one_percent_of_the_labels_is_gated_at_one_percent():
+  """Issue 72: a 1% check between cells that pass the 10% gate but not the 1% one (one of them under
+  raw pixels at 1%) is untested; the same cells' 10% check is tested; the gate section lists both."""
+  probe = evaluation.TunedLinearProbeConfig
+  table = dataclasses.replace(
+      dcco_table1.mini(), evaluations=tuple(
+          tables.Evaluation(f"p{f}_s{seed}", f"tuned {f}%, seed {seed}",
+                            probe(label_fraction=f / 100, seed=seed))
+          for f in (10, 1) for seed in (0, 1)),
+      gate_evaluations=("p10_s0", "p10_s1"), claims=())
+  assert table.gate_keys_at(0.01) == ("p1_s0", "p1_s1")
+  assert table.gate_keys_at(0.1) == ("p10_s0", "p10_s1")
+  baselines = {"p10_s0": {"raw_pixels": 0.636, "random_init": 0.36},
+               "p10_s1": {"raw_pixels": 0.644, "random_init": 0.355},
+               "p1_s0": {"raw_pixels": 0.569, "random_init": 0.261},
+               "p1_s1": {"raw_pixels": 0.578, "random_init": 0.259}}
+  ours = {("dcco", "iid_8"): (0.755, 0.76, 0.715, 0.717),
+          ("fedavg_cco", "iid_8"): (0.669, 0.672, 0.620, 0.570)}  # 1%, seed 1: under raw pixels.
+  keys = ("p10_s0", "p10_s1", "p1_s0", "p1_s1")
+  records = [{"evaluation": k, "row": r, "column": c, "ours": v[i], "status": "ok"}
+             for (r, c), v in ours.items() for i, k in enumerate(keys)]
+  g = table_report.gate(table, records, baselines)
+  assert g.passes("fedavg_cco", "iid_8") and g.passes("fedavg_cco", "iid_8", ("p10_s0",))
+  assert not g.passes("fedavg_cco", "iid_8", ("p1_s0", "p1_s1"))
+  at_ten = g.compare(table, records, "dcco", "fedavg_cco", "iid_8", strict=True)
+  at_one = g.compare(table, records, "dcco", "fedavg_cco", "iid_8", strict=True,
+                     evaluations=("p1_s0", "p1_s1"))
+  assert at_ten.endswith("(+8.6 / +8.8 points) — holds")
+  assert at_one.endswith(f"— {table_report.UNTESTED} (fedavg_cco: over raw pixels +5.1, -0.8, "
+                         f"over random init +35.9, +31.1 points (p1_s0, p1_s1))"), at_one
+  text = "\n".join(table_report.gate_lines(table, g))
+  assert "At 1% of the labels (p1_s0, p1_s1):" in text
+  assert "| CCO + FedAvg, IID 7,500 / 8 / 16 | +5.1, -0.8 | +35.9, +31.1 | **fails** |" in text
+  assert "| CCO + FedAvg, IID 7,500 / 8 / 16 | +3.3, +2.8 | +30.9, +31.7 | passes |" in text
