@@ -246,7 +246,7 @@ def mini() -> Table:
       curve_every=MINI_ROUNDS // 2, selection_column="noniid_16", supervised_epochs=30,
       pilot_fraction=MINI_PILOT_FRACTION, gate_evaluations=TUNED_GATE,
       claims=claims(*MINI_CLAIM_EVALUATIONS, seed_rows=SEED_ROWS) + tuple(
-          Claim("dcco_vicreg", "centralized_vicreg", VICREG_EXACT, relation="within",
+          Claim("dcco_vicreg", "centralized_vicreg", VICREG_EXACT, relation="within", own=True,
                 within=WITHIN, evaluations=keys, label=what)
           for keys, what in MINI_CLAIM_EVALUATIONS),
       notes=(f"Mini scale, in the mini regime: shifted Fashion-MNIST (10 classes) instead of "

@@ -79,10 +79,10 @@ def claims(rows) -> tuple[Claim, ...]:
   """Each federated row within WITHIN points of its centralized row; one-computation DCCO within a
   point of two-phase DCCO; between the rows the table has."""
   keys = {r.key for r in rows}
-  out = [Claim(fed, central, EXACT, relation="within", within=WITHIN)
+  out = [Claim(fed, central, EXACT, relation="within", within=WITHIN, own=True)
          for fed, central in CENTRALIZED.items() if {fed, central} <= keys]
   if {"dcco", "dcco_previous"} <= keys:
-    out.append(Claim("dcco_previous", "dcco", STALE, relation="within", within=1.0))
+    out.append(Claim("dcco_previous", "dcco", STALE, relation="within", within=1.0, own=True))
   return tuple(out)
 
 

@@ -255,6 +255,38 @@ def claim_columns(table: Table, claim) -> list[str]:
   return out
 
 
+def verdict_of(line: str) -> str:
+  """The verdict word of a check's line: holds, fails or untested."""
+  tail = line.rsplit(" — ", 1)[-1]
+  if tail.startswith("untested"):
+    return "untested"
+  return "fails" if tail.startswith("**fails**") else "holds"
+
+
+def claim_tally(table: Table, records, g: Gate) -> str:
+  """One line: the checks of the paper's claims and of the project's own, each counted apart."""
+  counts = {False: [0, 0, 0], True: [0, 0, 0]}
+  for claim, line in claim_checks(table, records, g):
+    counts[claim.own][("holds", "fails", "untested").index(verdict_of(line))] += 1
+  parts = []
+  for own, what in ((False, "the paper's claims"), (True, "the project's own")):
+    h, f, u = counts[own]
+    if h + f + u or not own:
+      parts.append(f"{what}: {h + f + u} checks, {h} hold, {f} fail, {u} untested")
+  return "Tally: " + "; ".join(parts) + "."
+
+
+def claim_checks(table: Table, records, g: Gate) -> list[tuple]:
+  """(claim, its check's line) for every claim in every column it applies to."""
+  return [(claim, line) for claim, line in zip(_claims_in_order(table), claim_lines(table, records, g))]
+
+
+def _claims_in_order(table: Table):
+  for claim in table.claims:
+    for _ in claim_columns(table, claim):
+      yield claim
+
+
 def claim_lines(table: Table, records, g: Gate) -> list[str]:
   """Every claim of `table.claims` in every column it applies to, "[n] column: ... — holds /
   **fails** / untested: <why>", n numbering the claims as `claim_sources` lists them."""
@@ -331,8 +363,10 @@ def gate_lines(table: Table, g: Gate) -> list[str]:
   lines = [f"A cell passes when it is >= {100 * GATE_OVER_RAW_PIXELS:.0f} point above raw pixels "
            f"and >= {100 * GATE_OVER_RANDOM_INIT:.0f} above random init on every gate evaluation "
            f"({', '.join(g.evaluations)}); the goal is raw pixels + "
-           f"{100 * GOAL_OVER_RAW_PIXELS:.0f}. An ordering is tested only between cells that pass, "
-           f"at the label fraction it compares (a comparison at 1% of the labels by the gate at 1%)."]
+           f"{100 * GOAL_OVER_RAW_PIXELS:.0f}. An ordering is tested only between cells that pass"
+           + (" at the label fraction it compares." if any(
+               keys and tuple(keys) != tuple(g.evaluations) for keys in g.at_fraction.values())
+              else ".")]
   lines += _gate_table(table, g, g.evaluations)
   for fraction, keys in g.at_fraction.items():
     if keys and tuple(keys) != tuple(g.evaluations):
@@ -473,6 +507,7 @@ def _claims_section(table: Table, records, g: Gate) -> str:
   lines += [f"- {line}\n" for line in claim_sources(table)]
   lines.append("\nChecked:\n\n")
   lines += [f"- {line}\n" for line in claim_lines(table, records, g)]
+  lines.append(f"\n{claim_tally(table, records, g)}\n")
   return "".join(lines)
 
 

@@ -137,6 +137,7 @@ class Claim:
   evaluations: the evaluations it reads, each must hold (empty: the gate's, the main probe at each
     label seed).
   label: what tells this claim from another between the same rows (e.g. "training seed 1").
+  own: the project's claim, not the paper's (counted apart: `table_report.claim_tally`).
   """
 
   better: str
@@ -147,6 +148,7 @@ class Claim:
   columns: tuple[str, ...] = ()
   evaluations: tuple[str, ...] = ()
   label: str = ""
+  own: bool = False
 
   def __post_init__(self):
     if self.relation not in RELATIONS:
@@ -157,6 +159,9 @@ class Claim:
                        f"only 'within' takes it")
     if not self.source:
       raise ValueError(f"claim {self.better} vs {self.base}: name its source in the paper")
+    if self.source.startswith("not the paper's") != self.own:
+      raise ValueError(f"claim {self.better} vs {self.base}: a claim of the project's own is "
+                       f"own=True and its source begins \"not the paper's\"; give both or neither")
 
 
 # What a table's first evaluation, its main probe, may be: the ordering checks and the gate read it.

@@ -437,3 +437,32 @@ def test_a_comparison_at_one_percent_of_the_labels_is_gated_at_one_percent():
   assert "At 1% of the labels (p1_s0, p1_s1):" in text
   assert "| CCO + FedAvg, IID 7,500 / 8 / 16 | +5.1, -0.8 | +35.9, +31.1 | **fails** |" in text
   assert "| CCO + FedAvg, IID 7,500 / 8 / 16 | +3.3, +2.8 | +30.9, +31.7 | passes |" in text
+
+
+def test_the_tally_counts_the_papers_claims_and_the_projects_own_apart():
+  """Issue 72: "94 checks" mixed the paper's claims with the project's own; the tally counts them
+  apart, by each check line's verdict word."""
+  assert [table_report.verdict_of(line) for line in (
+      "x: A 70.0 is above B 60.0 (+10.0 points) — holds",
+      "x: A 60.0 is above B 70.0 (-10.0 points) — **fails** at s1 (holds at s0)",
+      f"x: A is above B — {table_report.UNTESTED} (b: over raw pixels -1.0)",
+      "x: A is above B — untested: B not run yet")] == ["holds", "fails", "untested", "untested"]
+  table = dataclasses.replace(
+      dcco_table1.mini(), evaluations=(
+          tables.Evaluation("s0", "tuned, seed 0", evaluation.TunedLinearProbeConfig(seed=0)),
+          tables.Evaluation("s1", "tuned, seed 1", evaluation.TunedLinearProbeConfig(seed=1))),
+      gate_evaluations=("s0", "s1"), claims=(
+          tables.Claim("dcco", "fedavg_cco", "the paper", columns=("iid_4", "iid_8")),
+          tables.Claim("dcco_vicreg", "dcco", "not the paper's: ours", columns=("iid_4",),
+                       own=True)))
+  baselines = {k: {"raw_pixels": 0.6, "random_init": 0.3} for k in ("s0", "s1")}
+  ours = {("dcco", "iid_4"): 0.75, ("dcco", "iid_8"): 0.70, ("fedavg_cco", "iid_4"): 0.70,
+          ("fedavg_cco", "iid_8"): 0.72, ("dcco_vicreg", "iid_4"): 0.60}
+  records = [{"evaluation": e, "row": r, "column": c, "ours": v, "status": "ok"}
+             for (r, c), v in ours.items() for e in ("s0", "s1")]
+  g = table_report.gate(table, records, baselines)
+  assert table_report.claim_tally(table, records, g) == (
+      "Tally: the paper's claims: 2 checks, 1 hold, 1 fail, 0 untested; the project's own: 1 "
+      "checks, 0 hold, 0 fail, 1 untested.")
+  with pytest.raises(ValueError, match="own=True"):
+    tables.Claim("dcco", "fedavg_cco", "not the paper's: ours")
