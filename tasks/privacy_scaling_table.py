@@ -221,6 +221,17 @@ def noise_summary(cell_dir: str) -> dict:
 # The main probe's mean over its label seeds per cell, and the baselines: the privacy table's reading.
 main_probe = privacy_table.main_probe
 
+# A DP-DCCO cell whose users' statistics grew this many times over their first round's (the median
+# norm, aggregation.csv) is marked diverged in the figure: its probe reads a blown-up encoder.
+DIVERGED_GROWTH = 10.0
+
+
+def statistics_growth(cell_dir: str) -> float:
+  """The largest median statistics norm of the cell's rounds over its first round's (NaN without)."""
+  rows = _read_csv(os.path.join(cell_dir, "aggregation.csv"))
+  norms = [float(r["statistics_norm"]) for r in rows if r.get("statistics_norm") not in (None, "")]
+  return max(norms) / norms[0] if norms and norms[0] > 0 else math.nan
+
 
 def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
   """The issue's goal, per row: whether DP at epsilon = 8 passes the gate at the largest cohort
@@ -300,7 +311,8 @@ def _plot(table: Table, output_dir: str) -> str | None:
   """privacy_scaling.png: the main probe (left) and each release's median noise-to-signal (right:
   the update solid, DP-DCCO's statistics dashed) against K at epsilon = 8, a line per row; the
   simulated noise cohorts as hollow markers at K' (their real K is the largest); raw pixels and
-  random init as horizontal lines."""
+  random init as horizontal lines; a red cross on a cell whose statistics diverged
+  (`DIVERGED_GROWTH`), the legends below the axes."""
   cells, base = main_probe(table, output_dir)
   columns = [c for c in table.columns if epsilon_of(c) == 8.0 and not noise_cohort_of(c)]
   simulated = [c for c in table.columns if epsilon_of(c) == 8.0 and noise_cohort_of(c)]
@@ -316,7 +328,7 @@ def _plot(table: Table, output_dir: str) -> str | None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
+  fig, (left, right) = plt.subplots(1, 2, figsize=(10, 5.6))
   for r in table.rows:
     acc = [(cohort_of(c), 100 * cells[(r.key, c.key)]) for c in columns if (r.key, c.key) in cells]
     if acc:
@@ -339,6 +351,17 @@ def _plot(table: Table, output_dir: str) -> str | None:
     if acc:
       left.plot(*zip(*acc), marker="o", linestyle="none", fillstyle="none", color=color,
                 label=f"{r.name}: noise of K' simulated")
+    diverged = f"users' statistics grew > {DIVERGED_GROWTH:g}× (diverged)"
+    for c in columns + simulated:  # Diverged cells: a red cross and the growth.
+      growth = statistics_growth(os.path.join(output_dir, "cells", r.key, c.key))
+      if (r.key, c.key) in cells and growth > DIVERGED_GROWTH:
+        x = noise_cohort_of(c) or cohort_of(c)
+        left.plot([x], [100 * cells[(r.key, c.key)]], marker="x", color="red", markersize=9,
+                  linestyle="none", label=diverged if diverged not in
+                  [line.get_label() for line in left.lines] else None)
+        left.annotate(f"statistics ×{growth:.0f}", (x, 100 * cells[(r.key, c.key)]),
+                      textcoords="offset points", xytext=(-8, 7), fontsize=7, color="red",
+                      ha="right")
   for name, style in (("raw_pixels", ":"), ("random_init", "--")):
     if name in base:
       left.axhline(100 * base[name], color="gray", linestyle=style, label=name.replace("_", " "))
@@ -346,11 +369,11 @@ def _plot(table: Table, output_dir: str) -> str | None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("K: one-image users a round (FedAvg: the same images)\n"
                   "hollow: the largest K with the noise of K' users (simulated)")
-  left.set_ylabel("main probe at ε = 8, mean of its label seeds (%)")
+  left.set_ylabel("main probe at ε = 8 (%),\nmean of its label seeds")
   right.set_yscale("log")
   right.set_ylabel("median noise / signal a round")
-  right.legend(fontsize=7)
-  left.legend(fontsize=7)
+  for ax in (left, right):  # Below the axes: a legend inside hid lines.
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, frameon=False)
   fig.tight_layout()
   path = os.path.join(output_dir, "privacy_scaling.png")
   fig.savefig(path, dpi=120)
