@@ -82,3 +82,26 @@ def test_no_page_calls_a_comparison_a_tie_the_checker_does_not():
           if WORDS[w.lower()] in ("tie", "inconclusive") and WORDS[w.lower()] not in checkers:
             wrong.append(f"{os.path.relpath(page, ROOT)}:{i}: {line.strip()[:120]}")
   assert not wrong, "\n".join(wrong)
+
+
+def test_check_lines_on_hand_written_pages_are_the_checkers():
+  """A page that quotes a table's checked claims ("- [n] column: ... — verdict") quotes them as the
+  checker wrote them in a table.md, number for number."""
+  lines = set()
+  for t in glob.glob(os.path.join(ROOT, "docs", "table_runs", "*", "table.md")):
+    with open(t, encoding="utf-8") as f:
+      lines |= {line.rstrip("\n") for line in f if CHECK.match(line.rstrip("\n"))}
+  rendered = {page for page, _, _ in rendered_pages()}
+  quoted, wrong = 0, []
+  for page in glob.glob(os.path.join(ROOT, "docs", "*.md")):
+    if page in rendered:
+      continue
+    with open(page, encoding="utf-8") as f:
+      for i, line in enumerate(f, 1):
+        m = CHECK.match(line.rstrip("\n"))
+        if m and ":" in m.group(2):
+          quoted += 1
+          if line.rstrip("\n") not in lines:
+            wrong.append(f"{os.path.relpath(page, ROOT)}:{i}: {line.strip()[:120]}")
+  assert quoted >= 10, "docs/privacy_scaling_mini.md quotes its checks"
+  assert not wrong, "\n".join(wrong)
