@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import time
 from typing import Any, Callable, Sequence
@@ -153,6 +154,29 @@ def _timed_run(config, output_dir: str, path: str, timing: dict[str, Any], **kwa
   return result, not finished
 
 
+# Candidates a row's pilots add beyond its grid's edge, one at a time, while the best is at the edge.
+MAX_BEYOND_EDGE = 2
+
+
+def next_candidate(candidates, edge: float) -> float:
+  """The candidate beyond `edge`, the largest or smallest of `candidates`: the next value of the
+  1-2-5 series where the candidates are on it (0.005 -> 0.01, 0.0005 -> 0.0002), else one more step
+  of the ratio between the edge and its neighbour."""
+  values = sorted(set(candidates))
+  up = edge == values[-1]
+  exponent = math.floor(math.log10(edge) + 1e-9)
+  mantissas = {round(v / 10 ** math.floor(math.log10(v) + 1e-9), 6) for v in values}
+  if len(values) > 1 and mantissas <= {1.0, 2.0, 5.0}:
+    series = [m * 10.0 ** e for e in range(exponent - 2, exponent + 3) for m in (1, 2, 5)]
+    above = [v for v in series if v > edge * (1 + 1e-9)]
+    below = [v for v in series if v < edge * (1 - 1e-9)]
+    return float(f"{(above[0] if up else below[-1]):.6g}")
+  if len(values) == 1:
+    return edge * (2.0 if up else 0.5)
+  ratio = values[-1] / values[-2] if up else values[0] / values[1]
+  return float(f"{edge * ratio:.6g}")
+
+
 def select_learning_rates(table: Table, output_dir: str, bar, progress: bool,
                           timing: dict[str, Any]) -> dict[str, Any]:
   """Pilot runs of every row with several candidate learning rates; the best on validation wins.
@@ -168,19 +192,31 @@ def select_learning_rates(table: Table, output_dir: str, bar, progress: bool,
       rows[0].config, validation_fraction=table.validation_fraction))
   for row in rows:
     scores = {}
-    for lr in row.learning_rates:
+    candidates = list(row.learning_rates)
+    beyond_edge = 0
+    i = 0
+    while i < len(candidates):
+      lr = candidates[i]
       bar.set_description(f"selection {row.key} lr={lr:g}")
       config = table.pilot_config(row, lr, len(pilot_train))
       result, _ = _timed_run(config, output_dir, os.path.join("selection", row.key, f"lr_{lr:g}"),
                              timing, progress=progress, random_init_baseline=False)
       scores[f"{lr:g}"] = _score(result)
       bar.update(1)
-    best = max(row.learning_rates, key=lambda lr: scores[f"{lr:g}"])  # Ties: the first listed.
+      i += 1
+      if i == len(candidates) and beyond_edge < MAX_BEYOND_EDGE:
+        # A pick at the grid's edge (issue 72): the next candidate beyond it is tried too.
+        best = max(candidates, key=lambda lr: scores[f"{lr:g}"])
+        if scores[f"{best:g}"] >= 0 and best in (min(candidates), max(candidates)):
+          candidates.append(next_candidate(candidates, best))
+          beyond_edge += 1
+    best = max(candidates, key=lambda lr: scores[f"{lr:g}"])  # Ties: the first tried.
     choices[row.key] = {
         "learning_rate": best, "field": row.lr_field, "validation_linear_probe": scores,
         "pilot_length": getattr(config, "rounds" if row.federated else "steps"),
         "column": table.selection_column if row.federated else None,
-        "validation_fraction": table.validation_fraction}
+        "validation_fraction": table.validation_fraction,
+        "at_edge": best in (min(candidates), max(candidates))}
     _write_json(path, choices)
   for row in table.rows:
     if row.select_with:

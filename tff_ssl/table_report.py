@@ -468,7 +468,11 @@ def _learning_rates_section(table: Table, choices) -> str:
                            for lr, s in ch["validation_linear_probe"].items())
         if ch.get("selected_with"):
           scores = f"{table.row(ch['selected_with']).name}'s choice ({scores})"
-        lines.append(f"| {row.name} | {ch['field']} = {ch['learning_rate']:g} | {scores} | "
+        tried = [float(lr) for lr in ch["validation_linear_probe"]]
+        edge = (" (at the grid's edge: a larger / smaller candidate not tried)"
+                if len(tried) > 1 and not ch.get("selected_with")
+                and ch["learning_rate"] in (min(tried), max(tried)) else "")
+        lines.append(f"| {row.name} | {ch['field']} = {ch['learning_rate']:g}{edge} | {scores} | "
                      f"{ch['pilot_length']} | {ch['column'] or '—'} |\n")
     lines.append("\n")
   pending = {r.key for r in table.chosen_rows}

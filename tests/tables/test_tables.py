@@ -466,3 +466,46 @@ def test_the_tally_counts_the_papers_claims_and_the_projects_own_apart():
       "checks, 0 hold, 0 fail, 1 untested.")
   with pytest.raises(ValueError, match="own=True"):
     tables.Claim("dcco", "fedavg_cco", "not the paper's: ours")
+
+
+def test_the_candidate_beyond_a_grids_edge():
+  assert reproduce.next_candidate((5e-4, 1e-3, 2e-3, 5e-3), 5e-3) == 0.01
+  assert reproduce.next_candidate((5e-4, 1e-3, 2e-3, 5e-3), 5e-4) == 2e-4
+  assert reproduce.next_candidate((0.01, 0.02, 0.05, 0.1), 0.1) == 0.2
+  assert reproduce.next_candidate((0.3, 0.9), 0.9) == pytest.approx(2.7)  # Off the series: ratio.
+  assert reproduce.next_candidate((0.3, 0.9), 0.3) == pytest.approx(0.1)
+  assert reproduce.next_candidate((0.4,), 0.4) == 0.8
+
+
+def test_a_pick_at_the_grids_edge_gets_pilots_beyond_it(tmp_path, monkeypatch):
+  """Issue 72, equal tuning: the best candidate at the grid's edge makes the pilots try the next one
+  beyond it (at most MAX_BEYOND_EDGE more); an interior pick stops there. Pilot runs are faked by
+  their validation score as a function of the rate."""
+  table = dcco_table1.mini()
+  row = table.row("fedavg_simclr")
+  scores = {5e-4: 0.60, 1e-3: 0.65, 2e-3: 0.68, 5e-3: 0.689, 1e-2: 0.70, 2e-2: 0.66}
+  ran = []
+
+  def fake_run(config, output_dir, path, timing, **kwargs):
+    lr = config.server_learning_rate
+    ran.append(lr)
+    return {"linear_probe_accuracy_pretrained": scores[lr]}, False
+
+  monkeypatch.setattr(reproduce, "_timed_run", fake_run)
+  monkeypatch.setattr(reproduce.experiment, "load_splits",
+                      lambda config: (type("Split", (), {"__len__": lambda self: 54_000})(), None))
+
+  class Bar:
+    def set_description(self, text): pass
+    def update(self, n): pass
+
+  one = dataclasses.replace(table, rows=(row,), claims=())
+  choices = reproduce.select_learning_rates(one, str(tmp_path), Bar(), False, {})
+  assert ran == [5e-4, 1e-3, 2e-3, 5e-3, 1e-2, 2e-2]  # 5e-3 at the edge, then 1e-2: 2e-2 worse.
+  assert choices["fedavg_simclr"]["learning_rate"] == 1e-2
+  assert not choices["fedavg_simclr"]["at_edge"]
+  assert list(choices["fedavg_simclr"]["validation_linear_probe"]) == [
+      "0.0005", "0.001", "0.002", "0.005", "0.01", "0.02"]
+  text = table_report._learning_rates_section(one, {"fedavg_simclr": {  # pylint: disable=protected-access
+      **choices["fedavg_simclr"], "learning_rate": 0.02}})
+  assert "server_learning_rate = 0.02 (at the grid's edge" in text
