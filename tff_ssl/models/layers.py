@@ -248,81 +248,39 @@ class GroupNormalization(tf.keras.layers.GroupNormalization):
     rank = inputs.shape.rank
     if mask is not None or self.axis % rank != rank - 1:
       return super().call(inputs, mask)
+    channels = inputs.shape[-1]
+    groups = self.groups
+    shape = tf.shape(inputs)
+    grouped = tf.reshape(inputs, tf.concat([shape[:-1], [groups, channels // groups]], axis=0))
+    # Standardized over everything but the batch and the group axes, then each channel scaled and
+    # shifted: one function whose gradient is written out (`standardize`).
+    axes = list(range(1, rank - 1)) + [rank]
+    param_shape = [groups, channels // groups]
     if not (self.scale and self.center):
-      channels = inputs.shape[-1]
-      shape = tf.shape(inputs)
-      groups, param_shape = self.groups, [self.groups, channels // self.groups]
-      grouped = tf.reshape(inputs, tf.concat([shape[:-1], param_shape], axis=0))
-      out = standardize(grouped, list(range(1, rank - 1)) + [rank], self.epsilon)
+      out = standardize(grouped, axes, self.epsilon)
       if self.scale:
         out = out * tf.reshape(self.gamma, param_shape)
       if self.center:
         out = out + tf.reshape(self.beta, param_shape)
       return tf.reshape(out, shape)
-    return group_normalize(inputs, self.gamma, self.beta, self.epsilon, self.groups)
+    epsilon, outer = self.epsilon, list(range(rank - 1))
 
+    @tf.custom_gradient
+    def normalize(grouped, gamma, beta):
+      centered = grouped - tf.reduce_mean(grouped, axes, keepdims=True)
+      inv = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True) + epsilon)
+      x_hat = centered * inv
+      gamma = tf.reshape(gamma, param_shape)
 
-def group_normalize(x: tf.Tensor, gamma: tf.Tensor, beta: tf.Tensor, epsilon: float,
-                    groups: int) -> tf.Tensor:
-  """GroupNorm of `x` ([B, *spatial, C], `groups` groups of consecutive channels) scaled by `gamma`
-  and shifted by `beta` ([C]), and its gradient, written for few passes over the activations: a
-  normalization is bound by memory traffic, not arithmetic (docs/performance.md, "bfloat16 and XLA").
+      def grad(g):
+        g_hat = g * gamma
+        dx = inv * (g_hat - tf.reduce_mean(g_hat, axes, keepdims=True)
+                    - x_hat * tf.reduce_mean(g_hat * x_hat, axes, keepdims=True))
+        return (dx, tf.reshape(tf.reduce_sum(g * x_hat, outer), [channels]),
+                tf.reshape(tf.reduce_sum(g, outer), [channels]))
+      return x_hat * gamma + tf.reshape(beta, param_shape), grad
 
-  Every full-size op works per (image, channel) and reduces over space only (a reduction across
-  channels of a group strides through memory: twice the time where a group holds two channels).
-  Forward: each channel's mean m_c and squared deviations M_c over space (two passes), combined per
-  group exactly as the two-pass variance would be (Chan et al.: sum_c M_c + S sum_c (m_c - mu)^2,
-  S the spatial size), then y = x a + b with per-(image, channel) a = gamma / sigma,
-  b = beta - mu a: five passes where normalize-then-scale takes seven. Backward, with
-  x_hat = (x - mu) / sigma and sums over space of g and g x per (image, channel):
-    dgamma = sum_{B, space} g x_hat,  dbeta = sum_{B, space} g,
-    dx = a g + p x + q,  p = -m2 / sigma^2,  q = (mu m2 / sigma - m1) / sigma,
-  where m1 and m2 are the group means of gamma g and gamma g x_hat: seven passes where the
-  textbook form (normalized gradient minus its means) takes twelve."""
-  rank = x.shape.rank
-  channels = int(x.shape[-1])
-  per_group = channels // groups
-  spatial = list(range(1, rank - 1))
-  stat_shape = tf.concat([tf.shape(x)[:1], [1] * (rank - 2), [channels]], axis=0)
-
-  def by_group(v):  # Per (image, channel) [B, 1.., C] -> [B, G, C/G].
-    return tf.reshape(v, [-1, groups, per_group])
-
-  def by_channel(v):  # Per (image, group) [B, G, 1] -> [B, 1.., C].
-    return tf.reshape(tf.broadcast_to(v, tf.concat([tf.shape(v)[:2], [per_group]], axis=0)),
-                      stat_shape)
-
-  def over_space(v):
-    return tf.reduce_sum(v, spatial, keepdims=True) if spatial else v
-
-  @tf.custom_gradient
-  def normalize(x, gamma, beta):
-    size = (tf.cast(tf.reduce_prod(tf.gather(tf.shape(x), spatial)), x.dtype) if spatial
-            else tf.constant(1, x.dtype))
-    m_c = over_space(x) / size
-    deviations = over_space(tf.math.squared_difference(x, m_c)) if spatial else tf.zeros_like(x)
-    means = by_group(m_c)
-    mu = tf.reduce_mean(means, -1, keepdims=True)  # [B, G, 1]
-    variance = (tf.reduce_sum(by_group(deviations), -1, keepdims=True) + size * tf.reduce_sum(
-        tf.math.squared_difference(means, mu), -1, keepdims=True)) / (size * per_group)
-    inv = tf.math.rsqrt(variance + epsilon)
-    inv_c, mu_c = by_channel(inv), by_channel(mu)
-    a = inv_c * gamma
-    b = beta - mu_c * a
-
-    def grad(g):
-      count = size * per_group
-      s_g = over_space(g)
-      t = inv_c * (over_space(g * x) - mu_c * s_g)  # Sum over space of g x_hat, per channel.
-      m1 = tf.reduce_sum(by_group(gamma * s_g), -1, keepdims=True) / count
-      m2 = tf.reduce_sum(by_group(gamma * t), -1, keepdims=True) / count
-      p = by_channel(-inv * inv * m2)
-      q = by_channel(inv * (inv * m2 * mu - m1))
-      outer = list(range(rank - 1))
-      return a * g + p * x + q, tf.reduce_sum(t, outer), tf.reduce_sum(s_g, outer)
-    return x * a + b, grad
-
-  return normalize(x, gamma, beta)
+    return tf.reshape(normalize(grouped, self.gamma, self.beta), shape)
 
 
 def group_norm(channels: int, name: str | None = None,
