@@ -263,10 +263,12 @@ def verdict_of(line: str) -> str:
   return "fails" if tail.startswith("**fails**") else "holds"
 
 
-def claim_tally(table: Table, records, g: Gate) -> str:
-  """One line: the checks of the paper's claims and of the project's own, each counted apart."""
+def claim_tally(table: Table, records, g: Gate, lines: list[str] | None = None) -> str:
+  """One line: the checks of the paper's claims and of the project's own, each counted apart
+  (`lines`: `claim_lines`' output, where the caller has it)."""
   counts = {False: [0, 0, 0], True: [0, 0, 0]}
-  for claim, line in claim_checks(table, records, g):
+  lines = claim_lines(table, records, g) if lines is None else lines
+  for claim, line in zip(_claims_in_order(table), lines):
     counts[claim.own][("holds", "fails", "untested").index(verdict_of(line))] += 1
   parts = []
   for own, what in ((False, "the paper's claims"), (True, "the project's own")):
@@ -274,11 +276,6 @@ def claim_tally(table: Table, records, g: Gate) -> str:
     if h + f + u or not own:
       parts.append(f"{what}: {h + f + u} checks, {h} hold, {f} fail, {u} untested")
   return "Tally: " + "; ".join(parts) + "."
-
-
-def claim_checks(table: Table, records, g: Gate) -> list[tuple]:
-  """(claim, its check's line) for every claim in every column it applies to."""
-  return [(claim, line) for claim, line in zip(_claims_in_order(table), claim_lines(table, records, g))]
 
 
 def _claims_in_order(table: Table):
@@ -510,8 +507,9 @@ def _claims_section(table: Table, records, g: Gate) -> str:
            "holds where it holds at all of them).\n\n"]
   lines += [f"- {line}\n" for line in claim_sources(table)]
   lines.append("\nChecked:\n\n")
-  lines += [f"- {line}\n" for line in claim_lines(table, records, g)]
-  lines.append(f"\n{claim_tally(table, records, g)}\n")
+  checked = claim_lines(table, records, g)
+  lines += [f"- {line}\n" for line in checked]
+  lines.append(f"\n{claim_tally(table, records, g, checked)}\n")
   return "".join(lines)
 
 
