@@ -30,12 +30,12 @@ TASKS: dict[str, ExperimentConfig] = {
         server_learning_rate=2e-3, crop_min_scale=0.2, blur=False, eval_label_fraction=0.1,
         eval_steps=500, checkpoint_every=10, seed=0),
     "synthetic_dcco_smoke": ExperimentConfig(
-        method="dcco", dataset="synthetic", encoder="resnet14", width=0.5, projector=(32, 32, 32),
+        method="dcco", dataset="synthetic", encoder="resnet8", width=0.5, projector=(32, 32, 32),
         rounds=2, num_clients=200, samples_per_client=1, alpha=0.0, clients_per_round=8,
         eval_steps=20, seed=0),
     # Seconds-long run on synthetic images: smoke tests and trying flags.
     "synthetic_smoke": ExperimentConfig(
-        method="centralized", ssl="cco", dataset="synthetic", encoder="resnet14", width=0.5,
+        method="centralized", ssl="cco", dataset="synthetic", encoder="resnet8", width=0.5,
         projector=(32, 32, 32), steps=3, batch_size=32, eval_steps=20, log_every=1, seed=0),
 }
 

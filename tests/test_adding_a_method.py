@@ -48,7 +48,7 @@ def varfloor(tmp_path_factory):
 
 
 def config_of(method: str, **kwargs) -> ExperimentConfig:
-  fields = dict(method=method, ssl="simclr", dataset="synthetic", encoder="resnet14", width=0.25,
+  fields = dict(method=method, ssl="simclr", dataset="synthetic", encoder="resnet8", width=0.25,
                 projector=(16, 8), rounds=2, num_clients=8, samples_per_client=2,
                 clients_per_round=4, client_learning_rate=0.05, server_optimizer="lars",
                 server_learning_rate=1.0, seed=0)

@@ -44,7 +44,7 @@ PROGRAM = textwrap.dedent("""
         return out
       layerwise.LayerwiseProcess.next = step_then_die
     config = experiment.ExperimentConfig(**{{
-        "method": "toy_stateful", "ssl": "simclr", "dataset": "synthetic", "encoder": "resnet14", "width": 0.25,
+        "method": "toy_stateful", "ssl": "simclr", "dataset": "synthetic", "encoder": "resnet8", "width": 0.25,
         "projector": (16, 8), "alpha": 1000.0, "client_learning_rate": 0.05, "eval_steps": 5,
         "seed": 0, **fields}})
     for out in outs:  # One process, one run after the other.

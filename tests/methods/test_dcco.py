@@ -29,7 +29,7 @@ ETA = 0.01
 
 
 def build_keras():
-  enc = models.build_encoder("resnet14", SHAPE, width=0.5)
+  enc = models.build_encoder("resnet8", SHAPE, width=0.5)
   proj = models.build_mlp_head(enc.output_shape[-1], [32, 32, 16])
   x = tf.keras.Input(SHAPE)
   return tf.keras.Model(x, proj(enc(x)))
@@ -270,10 +270,14 @@ def test_client_momentum_matters_only_from_the_second_local_step(model):
     return process.next(process.initialize(), clients)[0].weights
 
   base = model.initial_weights
-  one_gd, one_m = round_weights("sgd", 1), round_weights("sgdm", 1)
-  assert relative_gap(one_gd, one_m, [w - b for w, b in zip(one_gd, base)]) <= 1e-6
-  two_gd, two_m = round_weights("sgd", 2), round_weights("sgdm", 2)
-  assert relative_gap(two_gd, two_m, [w - b for w, b in zip(two_gd, base)]) > 1e-3
+
+  def largest_tensor_gap(gd, m):  # Over tensors: |momentum - plain| / |plain's update|, each tensor's.
+    return max(np.abs(a - b).max() / np.abs(a - w).max() for a, b, w in zip(gd, m, base))
+
+  assert largest_tensor_gap(round_weights("sgd", 1), round_weights("sgdm", 1)) <= 1e-6
+  # Two steps: the second carries 0.9 of the first's gradient (this smoke model's updates reach
+  # 1e3-1e4 in the heads, so a gap is read per tensor, not against the largest update anywhere).
+  assert largest_tensor_gap(round_weights("sgd", 2), round_weights("sgdm", 2)) > 1e-2
   with pytest.raises(ValueError, match="unknown client_optimizer 'adam'"):
     DCCOConfig(client_optimizer="adam")
 

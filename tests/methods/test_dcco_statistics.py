@@ -62,7 +62,7 @@ def float64():
 
 def functional_model(shape):
   def build():
-    enc = models.build_encoder("resnet14", shape, width=0.5)
+    enc = models.build_encoder("resnet8", shape, width=0.5)
     proj = models.build_mlp_head(enc.output_shape[-1], [16, 8])
     x = tf.keras.Input(shape)
     return tf.keras.Model(x, proj(enc(x)))

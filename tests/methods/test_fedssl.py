@@ -142,7 +142,7 @@ ROUNDS = [[0, 1, 2], [1, 2], [0, 2]]  # Client ids of rounds 0, 1, 2.
 
 
 def build_byol():
-  enc = models.build_encoder("resnet14", SHAPE, width=0.25, name="encoder")
+  enc = models.build_encoder("resnet8", SHAPE, width=0.25, name="encoder")
   x = tf.keras.Input(SHAPE)
   z = models.build_mlp_head(enc.output_shape[-1], [16, 8], name="projector")(enc(x))
   return tf.keras.Model(x, [z, models.build_mlp_head(8, [16, 8], name="predictor")(z)])

@@ -24,7 +24,7 @@ EVALS = (
 
 
 def tiny_table() -> tables.Table:
-  base = ExperimentConfig(method="dcco", dataset="synthetic", encoder="resnet14", width=0.25,
+  base = ExperimentConfig(method="dcco", dataset="synthetic", encoder="resnet8", width=0.25,
                           stem_stride=2, projector=(16, 16, 16), rounds=3, checkpoint_every=1,
                           log_every=1, seed=0)
   rows = (
@@ -193,7 +193,7 @@ def test_baselines_are_keyed_by_what_changes_them(tmp_path, monkeypatch):
   against that dataset's raw pixels and random init, not the first's; a folder's baselines of the
   older layout (keyed by evaluation alone: they could be another dataset's) are measured again."""
   from tff_ssl.data import synthetic  # pylint: disable=g-import-not-at-top
-  base = ExperimentConfig(method="dcco", dataset="synthetic", encoder="resnet14", width=0.25,
+  base = ExperimentConfig(method="dcco", dataset="synthetic", encoder="resnet8", width=0.25,
                           stem_stride=2, projector=(16, 16, 16), rounds=2, seed=0)
   columns = (tables.Column("a", "", 100, 1, 4, 0.0, title="synthetic"),
              tables.Column("b", "", 100, 1, 4, 0.0, overrides=(("dataset", "cifar10"),),

@@ -4,6 +4,9 @@ DCCO trains ResNet-14 (CIFAR) and ResNet-50 (DERM) with Weight Standardization +
 layer (Sec. 4.1); batch-free normalization is what lets clients with one image train at all.
 
 Depths:
+  resnet8:  the same family with n = 1: three stages of one basic block, 16/32/64 filters (the
+            synthetic smoke tasks' encoder: about half ResNet-14's graph, which is what a short run's
+            time goes to).
   resnet14: He et al.'s CIFAR family (6n + 2 layers, n = 2): three stages of two basic blocks, 16/32/64
             filters. The DCCO paper names the depth only; this is the standard 14-layer ResNet.
   resnet18: four stages of two basic blocks, 64/128/256/512 filters.
@@ -35,6 +38,7 @@ class ResNetSpec:
 
 
 RESNETS = {
+    "resnet8": ResNetSpec("basic", (1, 1, 1), (16, 32, 64), 16),
     "resnet14": ResNetSpec("basic", (2, 2, 2), (16, 32, 64), 16),
     "resnet18": ResNetSpec("basic", (2, 2, 2, 2), (64, 128, 256, 512), 64),
     "resnet34": ResNetSpec("basic", (3, 4, 6, 3), (64, 128, 256, 512), 64),
