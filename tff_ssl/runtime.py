@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import psutil
 
@@ -340,10 +340,31 @@ def workers_down(targets: Sequence[str], timeout: float = 2.0) -> list[str]:
   return down
 
 
+# (the options, the context) configure_context installed last: `keep_unchanged` keeps that context.
+_current_context: tuple[dict, Any] | None = None
+
+
+def _local_workers_alive() -> bool:
+  """Whether every TFF worker this process's local contexts started still runs."""
+  for pid in _local_pids:
+    try:
+      if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+        return False
+    except psutil.Error:
+      return False
+  return True
+
+
 def configure_context(*, max_concurrent_slots: int | None = None,
                       static_graph_optimization: bool | None = None,
-                      workers: Sequence[str] | None = None) -> None:
+                      workers: Sequence[str] | None = None,
+                      keep_unchanged: bool = False) -> None:
   """Installs a fresh local C++ execution context with these options (None: keep the current one).
+
+  keep_unchanged: where the context this function installed last is still TFF's, with the same
+    options and a local worker that still runs, keep it (its worker and its compiled computations)
+    instead of starting afresh: bin/train's main() run again in one process (the test suite, a
+    notebook) saves the worker's start and the computations' compilation, ~1 s a run.
 
   workers: executor services (`host:port`, each started with bin/worker) to run every computation
     across instead of a local worker: TFF's mergeable-computation context splits a computation's
@@ -366,11 +387,18 @@ def configure_context(*, max_concurrent_slots: int | None = None,
     _context_options["static_graph_optimization"] = bool(static_graph_optimization)
   if workers is not None:
     _context_options["workers"] = parse_workers(workers)
+  global _current_context
   # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
+  if (keep_unchanged and _current_context is not None
+      and _current_context[0] == _context_options and not _context_options.get("workers")
+      and context_stack_impl.context_stack.current is _current_context[1]
+      and _local_workers_alive()):
+    return
+  _current_context = None
   from tensorflow_federated.python.core.backends.native import compiler
   from tensorflow_federated.python.core.environments.tensorflow_frontend import (
       tensorflow_computation)
-  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl
   from tensorflow_federated.python.core.impl.execution_contexts import sync_execution_context
   from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
   # pylint: enable=g-import-not-at-top
@@ -408,6 +436,7 @@ def configure_context(*, max_concurrent_slots: int | None = None,
       transform_args=tensorflow_computation.transform_args,
       transform_result=tensorflow_computation.transform_result)
   context_stack_impl.context_stack.set_default_context(context)
+  _current_context = (dict(_context_options), context)
 
 
 class _UnusedAssertFilter(logging.Filter):

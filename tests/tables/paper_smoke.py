@@ -2,7 +2,8 @@
 
 1. `smoke(table, ...)`: every row's paper config (method, SSL loss, aggregation, optimizers, local
    epochs, evaluations, the table's cells and report) runs two rounds through `reproduce`, on a few
-   small mock images, with the encoder's width and the heads' sizes cut by `SHRINK`: a paper-size
+   small mock images, with the encoder's width and the heads' sizes cut by `SHRINK` and a ResNet's
+   depth to one block a stage (`SHALLOW`): a paper-size
    ResNet-18 with 4096-wide heads costs a CPU 30-70 s a row in building, sending two copies of 16 M
    weights per client to TFF's worker and back, and evaluating, none of which the smoke run checks.
 2. `paper_model(config, image_shape)`: the one true paper-size check of a table: its model built at
@@ -40,6 +41,12 @@ def head_params(inputs: int, sizes) -> int:
   return total
 
 
+# A ResNet's depth in the smoke runs: one block a stage (what a row's code does with its encoder does
+# not depend on its depth; building and tracing cost grow with it). ResNet-34 keeps a depth of its
+# own among a heterogeneous row's architectures, which are told apart by name.
+SHALLOW = {"resnet14": "resnet8", "resnet18": "resnet10", "resnet34": "resnet18"}
+
+
 def _shrunk(sizes: tuple[int, ...]) -> tuple[int, ...]:
   return tuple(max(8, s // SHRINK) for s in sizes)
 
@@ -54,7 +61,9 @@ def smoke(table: Table, capped: bool = True, **fields) -> Table:
   for row in table.rows:
     c = row.config
     shrink = {"width": c.width / (SHRINK // 2), "projector": _shrunk(c.projector),
-              "predictor": _shrunk(c.predictor)}
+              "predictor": _shrunk(c.predictor), "encoder": SHALLOW.get(c.encoder, c.encoder)}
+    if c.architectures:
+      shrink["architectures"] = tuple(SHALLOW.get(a, a) for a in c.architectures)
     rows.append(dataclasses.replace(row, config=dataclasses.replace(c, **shrink, **fields)))
   columns = tuple(dataclasses.replace(c, overrides=tuple(
       (k, _shrunk(v) if k in ("projector", "predictor") else v) for k, v in c.overrides))

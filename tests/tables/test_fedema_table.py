@@ -131,7 +131,8 @@ def test_paper_rows_run_two_rounds_and_write_their_cells(tmp_path):
   for row in table.rows:
     run = os.path.join(out, "cells", row.key, "cifar10")
     hp = json.load(open(os.path.join(run, "hparams.json")))
-    assert (hp["dataset"], hp["encoder"], hp["rounds"]) == ("cifar10", "resnet18", 2)
+    assert (hp["dataset"], hp["encoder"], hp["rounds"]) == (
+        "cifar10", paper_smoke.SHALLOW["resnet18"], 2)
     assert hp["method"] == row.config.method and hp["ssl"] == row.config.ssl
     with open(os.path.join(run, "metrics.csv")) as f:
       losses = [float(r["loss"]) for r in csv.DictReader(f)]

@@ -208,7 +208,7 @@ def test_paper_scale_runs_two_rounds(tmp_path):
   run = os.path.join(out, "cells", "ldawa_loss", "cifar10_barlow_twins")
   hp = json.load(open(os.path.join(run, "hparams.json")))
   assert (hp["dataset"], hp["encoder"], hp["aggregator"], hp["rounds"]) == (
-      "cifar10", "resnet18", "ldawa_loss", 2)
+      "cifar10", paper_smoke.SHALLOW["resnet18"], "ldawa_loss", 2)
   with open(os.path.join(run, "aggregation.csv")) as f:
     rows = list(csv.DictReader(f))
   assert [r["round"] for r in rows] == ["0", "1"]

@@ -9,6 +9,8 @@ Depths:
             time goes to).
   resnet14: He et al.'s CIFAR family (6n + 2 layers, n = 2): three stages of two basic blocks, 16/32/64
             filters. The DCCO paper names the depth only; this is the standard 14-layer ResNet.
+  resnet10: four stages of one basic block, 64/128/256/512 filters (the ResNet-18 tables' smoke
+            encoder in the tests).
   resnet18: four stages of two basic blocks, 64/128/256/512 filters.
   resnet34: four stages of 3/4/6/3 basic blocks, 64/128/256/512 filters (FedFoA's heterogeneous
             clients).
@@ -40,6 +42,7 @@ class ResNetSpec:
 RESNETS = {
     "resnet8": ResNetSpec("basic", (1, 1, 1), (16, 32, 64), 16),
     "resnet14": ResNetSpec("basic", (2, 2, 2), (16, 32, 64), 16),
+    "resnet10": ResNetSpec("basic", (1, 1, 1, 1), (64, 128, 256, 512), 64),
     "resnet18": ResNetSpec("basic", (2, 2, 2, 2), (64, 128, 256, 512), 64),
     "resnet34": ResNetSpec("basic", (3, 4, 6, 3), (64, 128, 256, 512), 64),
     "resnet50": ResNetSpec("bottleneck", (3, 4, 6, 3), (64, 128, 256, 512), 64),
