@@ -26,7 +26,8 @@ def test_encoder_registry_builds_gn_ws_models(name, small_input):
   assert convs and all(isinstance(l, WSConv2D) for l in convs)
   norms = [l for l in layers if isinstance(l, tf.keras.layers.GroupNormalization)]
   assert len(norms) == len(convs)  # Every convolution is followed by a GroupNorm.
-  expected_depth = {"resnet8": 7, "resnet14": 13, "resnet18": 17, "resnet34": 33, "resnet50": 49}[name]
+  expected_depth = {"resnet8": 7, "resnet10": 9, "resnet14": 13, "resnet18": 17, "resnet34": 33,
+                    "resnet50": 49}[name]
   shortcuts = sum(1 for l in convs if l.name.endswith("_proj"))
   assert len(convs) - shortcuts == expected_depth  # Conv layers of the nominal depth (minus the fc).
   out = enc(tf.zeros((2,) + shape))
