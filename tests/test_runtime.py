@@ -127,6 +127,46 @@ def test_stop_workers_in_this_process_is_idempotent_and_tff_starts_a_new_worker(
   assert [w.pid for w in runtime.worker_processes()] != first
 
 
+def test_keep_unchanged_keeps_the_context_and_worker_only_while_both_still_hold():
+  """configure_context(keep_unchanged=True), bin/train's call: the context installed last, with the
+  same options and a live worker, is kept (its worker pid too); other options, a dead worker, or a
+  call without it install a fresh one."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
+  from tensorflow_federated.python.core.impl.context_stack import context_stack_impl  # pylint: disable=g-import-not-at-top
+
+  @tff.federated_computation(tff.FederatedType(np.float32, tff.CLIENTS))
+  def mean(x):
+    return tff.federated_mean(x)
+
+  def current():
+    return context_stack_impl.context_stack.current
+
+  try:
+    runtime.configure_context(static_graph_optimization=False)
+    first = current()
+    assert float(mean([1.0, 2.0, 6.0])) == 3.0
+    pids = [w.pid for w in runtime.worker_processes()]
+    assert len(pids) == 1
+    runtime.configure_context(static_graph_optimization=False, keep_unchanged=True)
+    assert current() is first and [w.pid for w in runtime.worker_processes()] == pids
+    runtime.configure_context(max_concurrent_slots=1, keep_unchanged=True)  # Other options.
+    assert current() is not first and runtime.worker_processes() == []
+    runtime.configure_context(max_concurrent_slots=0)
+    second = current()
+    assert float(mean([1.0, 3.0])) == 2.0
+    worker = runtime.worker_processes()[0]
+    worker.kill()
+    worker.wait(10)
+    runtime.configure_context(keep_unchanged=True)  # Its worker is gone: a fresh context.
+    assert current() is not second and float(mean([2.0, 4.0])) == 3.0
+    third = current()
+    runtime.configure_context()  # Without keep_unchanged: always fresh (tests/conftest.py's recycling).
+    assert current() is not third
+  finally:
+    runtime.configure_context(max_concurrent_slots=0, static_graph_optimization=False)
+
+
 def test_slot_concurrency_limit_rejects_negative_values():
   with pytest.raises(ValueError, match="must be >= 0"):
     runtime.limit_concurrent_slots(-1)

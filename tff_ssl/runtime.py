@@ -141,7 +141,7 @@ def stop_workers(timeout: float = 5.0) -> int:
   for manager in _service_managers():
     manager._stub, manager._process = None, None  # pylint: disable=protected-access
   local = [w for w in worker_processes() if w.pid in _local_pids]
-  _local_pids.difference_update(w.pid for w in local)
+  _local_pids.clear()  # Those not found have ended already (e.g. killed): none is left to watch.
   return _terminate(local, timeout)
 
 
