@@ -354,6 +354,7 @@ def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progre
                                 for k in next(iter(each.values()))}
       results["evaluations_each"] = each
     results["evaluation_seconds"] = round(time.perf_counter() - start, 1)
+  ssl_model.release(encoders)  # Done with them: a next run of the same built process reuses them.
   if random_init_baseline:
     results["linear_probe_accuracy_raw_pixels"] = evaluation.linear_probe(
         evaluation.raw_pixels(train.image_shape), train, test, config.probe_config())

@@ -32,7 +32,7 @@ from tff_ssl import evaluation, runtime
 from tff_ssl import privacy as privacy_lib
 from tff_ssl import progress as progress_lib
 from tff_ssl.federated import common
-from tff_ssl.federated import server_step
+from tff_ssl.federated import server_step, ssl_model
 from tff_ssl.privacy import accounting
 
 # What metrics.csv holds per round; each checkpoint holds them too (`Checkpoints.program_state`), so
@@ -224,8 +224,9 @@ class Evaluator(Observer):
     done = round_num + 1
     for key, every, evaluate in self.evaluations:
       if every and done % every == 0 and done < self.config.rounds:
-        released[key] = np.float32(mean_of(self.process.encoders(self.view(state), self.store),
-                                           evaluate)[0])
+        encoders = self.process.encoders(self.view(state), self.store)
+        released[key] = np.float32(mean_of(encoders, evaluate)[0])
+        ssl_model.release(encoders)
 
 
 class MetricSinks(Observer):

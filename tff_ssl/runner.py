@@ -273,23 +273,29 @@ def final_evaluation(config, process, state, store, train, test, random_init_bas
   """(The results' evaluations: the linear probe, and k-NN where the run monitors it, of the
   process's encoders after the rounds and at initialization; the encoders). One encoder (the global
   model's), or one per heterogeneous architecture: their mean, and each."""
-  encoders = process.encoders(state, store)
-  initial = process.encoders(None, store) if random_init_baseline else []
   probe, knn = config.probe_config(), config.knn_config()
-  results = {}
-  # With --init_from the encoder it started from is not a random one, and is named for what it is.
-  start = "init_from" if config.init_from else "random_init"
   evaluations = [("linear_probe", lambda e: evaluation.linear_probe(e, train, test, probe))]
   if config.knn_every:
     evaluations.append(("knn", lambda e: evaluation.knn_monitor(e, train, test, knn)))
-  for name, evaluate in evaluations:
-    for which, chosen in (("pretrained", encoders), (start, initial)):
-      if not chosen:
-        continue
-      mean, each = observers_lib.mean_of(chosen, evaluate)
-      results[f"{name}_accuracy_{which}"] = mean
-      if len(chosen) > 1:
-        results[f"{name}_accuracy_{which}_each"] = each
+  # With --init_from the encoder it started from is not a random one, and is named for what it is.
+  start = "init_from" if config.init_from else "random_init"
+  measured = {}
+  # The initial encoders first, given back before the pretrained ones are made from the same Keras
+  # models (`ssl_model.release`).
+  for which in ((start,) if random_init_baseline else ()) + ("pretrained",):
+    encoders = process.encoders(None if which == start else state, store)
+    for name, evaluate in evaluations:
+      measured[name, which] = observers_lib.mean_of(encoders, evaluate)
+    if which == start:
+      ssl_model.release(encoders)
+  results = {}
+  for name, _ in evaluations:
+    for which in ("pretrained", start):
+      if (name, which) in measured:
+        mean, each = measured[name, which]
+        results[f"{name}_accuracy_{which}"] = mean
+        if len(each) > 1:
+          results[f"{name}_accuracy_{which}_each"] = each
   return results, encoders
 
 

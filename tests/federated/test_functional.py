@@ -118,7 +118,7 @@ def test_server_lars_rejects_names_of_other_tensors():
 
 def test_keras_models_carry_the_given_weights_before_and_after_a_tff_trace():
   """The first Keras model is the one built at construction (no second build), the later ones are
-  built anew; each carries its own weights and answers like the functional model, also after a TFF
+  built anew unless one was given back (`release`); each carries its own weights and answers like the functional model, also after a TFF
   trace rebuilt the model in a TF1 graph (which turns Keras' classes into their TF1 versions)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   tf.keras.utils.set_random_seed(3)
@@ -139,6 +139,37 @@ def test_keras_models_carry_the_given_weights_before_and_after_a_tff_trace():
   outputs.append(second(x, training=False).numpy())
   np.testing.assert_allclose(outputs[1], forward(fm.initial_weights, x), atol=1e-5)
   assert np.abs(outputs[0] - outputs[1]).max() > 1e-3  # Each its own weights.
+  # A model given back is lent again (no build), with the new call's weights; one still held is not.
+  fm.release(first)
+  third = fm.keras_model([w - 0.01 for w in fm.initial_weights])
+  assert third is first and fm.keras_model(fm.initial_weights) not in (first, second)
+  np.testing.assert_allclose(third(x, training=False).numpy(),
+                             forward([w - 0.01 for w in fm.initial_weights], x), atol=1e-5)
+
+
+def test_a_released_encoder_gives_its_whole_model_back_and_its_features_follow_the_new_weights():
+  """`ssl_model.release` takes the encoder that `keras_encoder` lent (a layer of the SSL model): the
+  next `keras_encoder` is the same Keras layer carrying the new weights, and the probe's compiled
+  feature extraction (kept per encoder) reads them, not the old ones."""
+  from tff_ssl import experiment  # pylint: disable=g-import-not-at-top
+  from tff_ssl.evaluation import protocols  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated import ssl_model  # pylint: disable=g-import-not-at-top
+  tf.keras.utils.set_random_seed(4)
+  config = experiment.ExperimentConfig(dataset="synthetic", encoder="resnet8", width=0.25,
+                                       projector=(16, 8))
+  fm = FunctionalModel(ssl_model.ssl_model_builder(config, (8, 8, 3)))
+  images = np.random.default_rng(1).integers(0, 256, size=(3, 8, 8, 3), dtype=np.uint8)
+  encoder = ssl_model.keras_encoder(fm, fm.initial_weights)
+  before = protocols.extract_features(encoder, images)
+  ssl_model.release([("global", encoder)])
+  shifted = [w * 1.5 for w in fm.initial_weights]
+  again = ssl_model.keras_encoder(fm, shifted)
+  assert again is encoder
+  fresh = FunctionalModel(ssl_model.ssl_model_builder(config, (8, 8, 3)))
+  expected = protocols.extract_features(ssl_model.keras_encoder(fresh, shifted), images)
+  np.testing.assert_allclose(protocols.extract_features(again, images), expected, atol=1e-5)
+  assert np.abs(before - expected).max() > 1e-3
+  ssl_model.release([("centralized", tf.keras.Sequential([tf.keras.layers.Flatten()]))])  # Ignored.
 
 
 class ListHeld(tf.keras.layers.Layer):

@@ -12,10 +12,36 @@ graph mode (TF1 graphs, as TFF traces, or TF2); later calls hand its layers thei
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
 import tensorflow as tf
+
+
+# What `FunctionalModel.keras_model` lent, and the parts of it lent on (`lend_part`): each -> (its
+# FunctionalModel, the lent model), both weakly: a model no one releases is simply not reused.
+_LENT: "weakref.WeakKeyDictionary[tf.keras.layers.Layer, tuple]" = weakref.WeakKeyDictionary()
+
+
+def lend_part(part: tf.keras.layers.Layer, model: tf.keras.Model) -> tf.keras.layers.Layer:
+  """`part` (a layer of `model`, which `FunctionalModel.keras_model` lent), releasable as `model`."""
+  if model in _LENT:
+    _LENT[part] = _LENT[model]
+    # The part keeps its model alive (nothing else need hold it): a plain attribute, which Keras does
+    # not track.
+    object.__setattr__(part, "_lent_with", model)
+  return part
+
+
+def release(*lent: tf.keras.layers.Layer) -> None:
+  """Gives models that `FunctionalModel.keras_model` lent (or parts lent with `lend_part`, e.g. an
+  encoder) back to their FunctionalModel for reuse: their holder must not use them again. Anything
+  else (a centralized run's encoder) is left alone."""
+  for x in lent:
+    owner, model = (ref() for ref in _LENT.get(x, (lambda: None, lambda: None)))
+    if owner is not None and model is not None:
+      owner.release(model)
 
 
 def _is_keras_counter(kwargs) -> bool:
@@ -167,9 +193,11 @@ class FunctionalModel:
     outputs = model.output_shape if isinstance(model.output_shape, list) else [model.output_shape]
     self.output_dims = [int(shape[-1]) for shape in outputs]
     self.output_dim = self.output_dims[0]
-    # The model built here is handed out once by `keras_model`, as is: a run's first Keras model
-    # (usually its random-init or final encoder) costs no build (0.4-1.7 s for the suite's ResNets).
-    self._spare = (model, created)
+    # Keras models of this architecture (with their variables in this model's order) that no one
+    # holds: `keras_model` lends one out and `release` takes it back, so a run builds its first one
+    # here and reuses it for every probe (building one cost 0.4-1.7 s for the suite's ResNets).
+    self._pool: list[tuple[tf.keras.Model, list[tf.Variable]]] = [(model, created)]
+    self._variables: "weakref.WeakKeyDictionary[tf.keras.Model, list]" = weakref.WeakKeyDictionary()
     # {TF1 graph mode?: (a model built from tensors, where it holds them)}: `__call__` builds the
     # model once per mode and then hands the layers each call's tensors (`_WeightSlot`); building
     # it (Keras' functional construction traces every layer once more) cost ResNet-18 1.2 s a call.
@@ -181,21 +209,42 @@ class FunctionalModel:
     e.g. the encoder of a checkpoint, for evaluation."""
     if len(weights) != len(self.weight_specs):
       raise ValueError(f"expected {len(self.weight_specs)} weight tensors; got {len(weights)}")
-    if self._spare is not None:  # Never handed out before: no one else holds it.
-      (model, variables), self._spare = self._spare, None
+    with self._lock:
+      pooled = self._pool.pop() if self._pool else None
+    if pooled is None:
+      model, variables = self._build_variables(weights)
+    else:
+      model, variables = pooled
       _keras_classes(model)
       for variable, value in zip(variables, weights):
         variable.assign(value)
-      return model
-    queue = list(weights)
+    self._variables[model] = variables
+    _LENT[model] = (weakref.ref(self), weakref.ref(model))
+    return model
+
+  def release(self, model: tf.keras.Model) -> None:
+    """Takes back a model `keras_model` lent, for its next call to reuse (its variables get that
+    call's weights): the caller and whatever it gave the model to must not use it again."""
+    with self._lock:
+      variables = self._variables.get(model)
+      if variables is not None and not any(m is model for m, _ in self._pool):
+        self._pool.append((model, variables))
+
+  def _build_variables(self, weights: Sequence[np.ndarray]
+                       ) -> tuple[tf.keras.Model, list[tf.Variable]]:
+    queue, variables = list(weights), []
 
     def init_from_weights(next_creator, **kwargs):
-      if not _is_keras_counter(kwargs):
+      counter = _is_keras_counter(kwargs)
+      if not counter:
         kwargs["initial_value"] = queue.pop(0)
-      return next_creator(**kwargs)
+      v = next_creator(**kwargs)
+      if not counter:
+        variables.append(v)
+      return v
 
     with tf.variable_creator_scope(init_from_weights):
-      return self._build_fn()
+      return self._build_fn(), variables
 
   def __call__(self, weights: Sequence[tf.Tensor], x: tf.Tensor, training: bool = True):
     if len(weights) != len(self.weight_specs):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import tensorflow as tf
 
 from tff_ssl import models
 from tff_ssl.config_fields import Field
 from tff_ssl import ssl as ssl_lib
+from tff_ssl.federated import functional
 
 ENCODER_NAME = "encoder"  # The Keras name of the SSL model's encoder (`keras_encoder` finds it).
 
@@ -66,4 +69,11 @@ def ssl_model_builder(config, image_shape, features: bool = False):
 def keras_encoder(model, weights) -> tf.keras.Model:
   """The Keras encoder (the layer named `ENCODER_NAME`) of the SSL model (`FunctionalModel`)
   carrying `weights`."""
-  return model.keras_model(weights).get_layer(ENCODER_NAME)
+  full = model.keras_model(weights)
+  return functional.lend_part(full.get_layer(ENCODER_NAME), full)
+
+
+def release(encoders: Sequence[tuple[str, tf.keras.Model]]) -> None:
+  """Gives the (label, encoder) pairs of `keras_encoder` (a process's `encoders`) back for reuse by
+  the next ones: their holder is done with them."""
+  functional.release(*(encoder for _, encoder in encoders))
