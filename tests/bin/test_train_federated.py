@@ -96,12 +96,12 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
   two rounds), tools/weight_norms.py's replay; then bin/evaluate on it."""
   grouped = ["--clients_per_round=16", "--simulation=grouped", "--group_size=6"]
   full = tmp_path / "full"
-  proc = train(full, *grouped)
+  proc = train_here(full, *grouped)
   assert proc.returncode == 0, proc.stderr[-3000:]
   losses = losses_of(full)
   assert len(losses) == 4
 
-  reference = tmp_path / "reference"  # In this process: compared within a bound, not bit for bit.
+  reference = tmp_path / "reference"  # Compared within a bound, not bit for bit.
   proc = train_here(reference, "--clients_per_round=16", "--simulation=reference")
   assert proc.returncode == 0, proc.stderr[-3000:]
   # Batched and per-client passes sum in other orders (round 0: 4e-5 apart); on this smoke config,
@@ -144,7 +144,9 @@ def test_same_seed_same_metrics_resume_after_sigkill_replay_and_evaluate(tmp_pat
   child.wait()
   assert not (killed / "results.json").exists()
 
-  proc = train(killed, *grouped)  # Same command: resumes after round 2.
+  # Same command: resumes after round 2 (here, as the run it is compared with, and bit for bit with
+  # the rounds the killed process wrote).
+  proc = train_here(killed, *grouped)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert (killed / "metrics.csv").read_text() == (full / "metrics.csv").read_text()
   a = json.loads((full / "results.json").read_text())

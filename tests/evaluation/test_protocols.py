@@ -63,6 +63,33 @@ def test_linear_classifier_separates_separable_features():
   assert acc >= 0.95
 
 
+@pytest.mark.parametrize("optimizer", ["lars", "adam"])
+def test_a_fit_reusing_a_traced_classifier_equals_a_fit_from_scratch(optimizer):
+  """The probe's classifier and optimizer are traced once per shape and reset for each fit: a fit
+  after another fit (other data, its momentum and step count left behind) gives the very weights
+  of a fit on a fresh classifier, and a run of them the very accuracies."""
+  from tff_ssl.evaluation import protocols  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(1)
+  y = np.repeat(np.arange(3), 20)
+  fits = [(rng.normal(size=(60, 5)) + 2 * np.eye(3, 5)[y], y) for _ in range(2)]
+  config = LinearProbeConfig(steps=7, batch_size=16, optimizer=optimizer, learning_rate=0.5)
+
+  def fit(x, labels):
+    acc = evaluation.train_linear_classifier(x, labels, x, labels, 3, config)
+    trainer = protocols._trainers[(5, 3, optimizer, 0.5, 7)]  # pylint: disable=protected-access
+    return acc, [w.numpy().copy() for w in trainer.head.weights]
+
+  protocols._trainers.clear()  # pylint: disable=protected-access
+  scratch = fit(*fits[1])
+  protocols._trainers.clear()  # pylint: disable=protected-access
+  fit(*fits[0])
+  again = fit(*fits[1])
+  assert again[0] == scratch[0]
+  for a, b in zip(again[1], scratch[1]):
+    np.testing.assert_array_equal(a, b)
+  assert np.abs(scratch[1][0]).max() > 0  # It trained.
+
+
 def test_linear_probe_on_pixels_of_synthetic_images(synthetic_train, synthetic_test):
   config = LinearProbeConfig(label_fraction=0.5, steps=200, batch_size=100)
   acc = evaluation.linear_probe(evaluation.raw_pixels((28, 28, 1)), synthetic_train, synthetic_test,

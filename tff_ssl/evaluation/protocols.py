@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 import weakref
 from typing import Callable
 
@@ -93,31 +94,60 @@ def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
   return float(np.mean(np.argmax(logits, axis=1) == labels))
 
 
+class _LinearTrainer:
+  """A linear softmax classifier on `dim` features and its optimizer, with their training step
+  traced once: each fit starts from the same zero weights and fresh optimizer state (the values
+  they were built with), so one trainer serves every probe of that shape and optimizer (a run
+  probes its encoders several times; tracing the step cost more than 100 steps on small features)."""
+
+  def __init__(self, dim: int, num_classes: int, config: LinearProbeConfig):
+    self.head = tf.keras.layers.Dense(num_classes, kernel_initializer="zeros", name="linear")
+    self.head.build((None, dim))
+    self.opt = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps)
+    self.opt.build(self.head.trainable_variables)
+    self.variables = list(self.head.variables) + list(self.opt.variables)
+    self.start = [v.numpy() for v in self.variables]
+    specs = [tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.int64),
+             tf.TensorSpec([None], tf.int64)]
+    self.step = tf.function(self._step, input_signature=specs)
+
+  def _step(self, x_all, y_all, idx):
+    x, y = tf.gather(x_all, idx), tf.gather(y_all, idx)
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, self.head(x)))
+    self.opt.apply_gradients(zip(tape.gradient(loss, self.head.trainable_variables),
+                                 self.head.trainable_variables))
+    return loss
+
+  def reset(self) -> None:
+    for variable, value in zip(self.variables, self.start):
+      variable.assign(value)
+
+
+_trainers: dict = {}  # (dim, classes, optimizer, rate, steps) -> _LinearTrainer; the last few only.
+_TRAINERS_KEPT = 8
+_trainers_lock = threading.Lock()
+
+
 def train_linear_classifier(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray,
                             test_y: np.ndarray, num_classes: int,
                             config: LinearProbeConfig) -> float:
   """Fits a linear softmax classifier on fixed features; returns test top-1 accuracy."""
   tf.keras.utils.set_random_seed(config.seed)
-  head = tf.keras.layers.Dense(num_classes, kernel_initializer="zeros", name="linear")
-  head.build((None, train_x.shape[1]))
-  opt = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps)
-  batch = min(config.batch_size, train_x.shape[0])
-  x_all = tf.constant(train_x, tf.float32)
-  y_all = tf.constant(train_y, tf.int64)
-
-  @tf.function
-  def step(idx):
-    x, y = tf.gather(x_all, idx), tf.gather(y_all, idx)
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, head(x)))
-    opt.apply_gradients(zip(tape.gradient(loss, head.trainable_variables),
-                            head.trainable_variables))
-    return loss
-
-  batches = batch_indices(train_x.shape[0], batch, config.seed)
-  for _ in range(config.steps):
-    step(tf.constant(next(batches)))
-  return _accuracy(head(tf.constant(test_x, tf.float32)).numpy(), test_y)
+  key = (train_x.shape[1], num_classes, config.optimizer, config.learning_rate, config.steps)
+  with _trainers_lock:  # One fit at a time per trainer.
+    trainer = _trainers.pop(key, None) or _LinearTrainer(train_x.shape[1], num_classes, config)
+    _trainers[key] = trainer  # The newest last.
+    while len(_trainers) > _TRAINERS_KEPT:
+      del _trainers[next(iter(_trainers))]
+    trainer.reset()
+    batch = min(config.batch_size, train_x.shape[0])
+    x_all = tf.constant(train_x, tf.float32)
+    y_all = tf.constant(train_y, tf.int64)
+    batches = batch_indices(train_x.shape[0], batch, config.seed)
+    for _ in range(config.steps):
+      trainer.step(x_all, y_all, tf.constant(next(batches), tf.int64))
+    return _accuracy(trainer.head(tf.constant(test_x, tf.float32)).numpy(), test_y)
 
 
 def linear_probe(encoder: tf.keras.Model, train: ImageSet, test: ImageSet,
