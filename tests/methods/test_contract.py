@@ -43,7 +43,7 @@ CONTRACT = {
     "prog_fedssl": ["--rounds=2", *CLIENTS, *VIT],
     "lw_fedssl": ["--rounds=2", "--auxiliary_fraction=0.05", *CLIENTS, *VIT],
     "fll_dd": ["--rounds=2", *CLIENTS, *VIT],
-    "heterogeneous": ["--rounds=2", "--ssl=byol", "--architectures=resnet14,vgg9", "--width=0.25",
+    "heterogeneous": ["--rounds=2", "--ssl=byol", "--architectures=resnet8,vgg9", "--width=0.25",
                       *CLIENTS],
     "centralized": ["--ssl=simclr"],
     "supervised": [],
