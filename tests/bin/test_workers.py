@@ -2,6 +2,7 @@
 (bin/worker) on the loopback address gives the local run's metrics, a worker that dies stops the run
 with one line naming it, and the rerun resumes; no worker process outlives the test."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -14,8 +15,9 @@ import portpicker
 import psutil
 import pytest
 
-from tff_ssl import cli, runtime
+from tff_ssl import cli, reproduce, runtime
 from tff_ssl import runner
+from tests.tables.test_reproduce import tiny_table
 from tests import spread
 from tests.bin import binaries
 
@@ -172,19 +174,20 @@ def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
   assert not out.exists()
 
 
+def tiny_grid():
+  """Two federated cells: DCCO and CCO + FedAvg, in one column."""
+  table = tiny_table()
+  return dataclasses.replace(table, rows=table.rows[:2], columns=table.columns[1:], curve_every=100)
+
+
 REPRODUCE_TINY = textwrap.dedent("""
-    import dataclasses, os, runpy, sys
+    import os, runpy, sys
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     sys.path.insert(0, {root!r})
     import tasks
-    from tests.tables.test_reproduce import tiny_table
+    from tests.bin.test_workers import tiny_grid
 
-    def grid():  # Two federated cells: DCCO and CCO + FedAvg, in one column.
-      table = tiny_table()
-      return dataclasses.replace(table, rows=table.rows[:2], columns=table.columns[1:],
-                                 curve_every=100)
-
-    tasks.TABLES["tiny"] = {{"mini": grid}}
+    tasks.TABLES["tiny"] = {{"mini": tiny_grid}}
     sys.argv = ["reproduce", "--table=tiny", *sys.argv[1:]]
     runpy.run_path(os.path.join({root!r}, "bin", "reproduce"), run_name="__main__")
 """)
@@ -212,9 +215,11 @@ def test_reproduce_runs_a_tables_cells_across_two_workers_as_it_runs_them_locall
   assert "set --set=group_size=2 or less" in line and not refused.exists()
 
   local, remote = tmp_path / "local", tmp_path / "workers"
-  for out, extra in ((local, []), (remote, [targets])):
-    proc = reproduce_tiny(f"--output_dir={out}", *fixed, "--set=group_size=2", *extra)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+  # The local reference in this process: what bin/reproduce runs after its flags.
+  reproduce.reproduce(tiny_grid().variant(settings={"server_learning_rate": 0.001, "group_size": 2})
+                      .capped(2), str(local), progress=False)
+  proc = reproduce_tiny(f"--output_dir={remote}", *fixed, "--set=group_size=2", targets)
+  assert proc.returncode == 0, proc.stderr[-3000:]
   for row in ("dcco", "fedavg_cco"):
     a, b = (d / "cells" / row / "iid_4" for d in (local, remote))
     _same_run(a, b, ROUND_OFF)

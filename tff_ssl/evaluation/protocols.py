@@ -98,25 +98,30 @@ class _LinearTrainer:
   """A linear softmax classifier on `dim` features and its optimizer, with their training step
   traced once: each fit starts from the same zero weights and fresh optimizer state (the values
   they were built with), so one trainer serves every probe of that shape and optimizer (a run
-  probes its encoders several times; tracing the step cost more than 100 steps on small features)."""
+  probes its encoders several times; tracing the step cost more than 100 steps on small features).
+  The classifier is two variables and Keras Dense's ops, not a Keras layer: a layer kept across TFF
+  traces would be left in TF1's classes (`federated.functional._keras_classes`)."""
 
   def __init__(self, dim: int, num_classes: int, config: LinearProbeConfig):
-    self.head = tf.keras.layers.Dense(num_classes, kernel_initializer="zeros", name="linear")
-    self.head.build((None, dim))
+    self.kernel = tf.Variable(tf.zeros([dim, num_classes]), name="linear/kernel")
+    self.bias = tf.Variable(tf.zeros([num_classes]), name="linear/bias")
+    self.weights = [self.kernel, self.bias]
     self.opt = optim.make_optimizer(config.optimizer, config.learning_rate, config.steps)
-    self.opt.build(self.head.trainable_variables)
-    self.variables = list(self.head.variables) + list(self.opt.variables)
+    self.opt.build(self.weights)
+    self.variables = self.weights + list(self.opt.variables)
     self.start = [v.numpy() for v in self.variables]
     specs = [tf.TensorSpec([None, dim], tf.float32), tf.TensorSpec([None], tf.int64),
              tf.TensorSpec([None], tf.int64)]
     self.step = tf.function(self._step, input_signature=specs)
 
+  def logits(self, x):
+    return tf.nn.bias_add(tf.matmul(x, self.kernel), self.bias)
+
   def _step(self, x_all, y_all, idx):
     x, y = tf.gather(x_all, idx), tf.gather(y_all, idx)
     with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, self.head(x)))
-    self.opt.apply_gradients(zip(tape.gradient(loss, self.head.trainable_variables),
-                                 self.head.trainable_variables))
+      loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, self.logits(x)))
+    self.opt.apply_gradients(zip(tape.gradient(loss, self.weights), self.weights))
     return loss
 
   def reset(self) -> None:
@@ -147,7 +152,7 @@ def train_linear_classifier(train_x: np.ndarray, train_y: np.ndarray, test_x: np
     batches = batch_indices(train_x.shape[0], batch, config.seed)
     for _ in range(config.steps):
       trainer.step(x_all, y_all, tf.constant(next(batches), tf.int64))
-    return _accuracy(trainer.head(tf.constant(test_x, tf.float32)).numpy(), test_y)
+    return _accuracy(trainer.logits(tf.constant(test_x, tf.float32)).numpy(), test_y)
 
 
 def linear_probe(encoder: tf.keras.Model, train: ImageSet, test: ImageSet,
