@@ -118,8 +118,9 @@ def test_server_lars_rejects_names_of_other_tensors():
 
 def test_keras_models_carry_the_given_weights_before_and_after_a_tff_trace():
   """The first Keras model is the one built at construction (no second build), the later ones are
-  built anew unless one was given back (`release`); each carries its own weights and answers like the functional model, also after a TFF
-  trace rebuilt the model in a TF1 graph (which turns Keras' classes into their TF1 versions)."""
+  built anew unless one was given back (`release`); each carries its own weights and answers like
+  the functional model, also after a TFF trace rebuilt the model in a TF1 graph (which turns Keras'
+  classes into their TF1 versions)."""
   import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
   tf.keras.utils.set_random_seed(3)
   fm = FunctionalModel(lambda: models.build_encoder("resnet14", (8, 8, 3), width=0.25))
