@@ -44,6 +44,7 @@ from tff_ssl.federated import functional, grouping, sampling, ssl_model
 from tff_ssl.federated import local_steps
 from tff_ssl.federated import server_step
 from tff_ssl.training import PretrainConfig, centralized, pretrain
+from tff_ssl.methods import addons
 
 
 def method_specific_fields() -> tuple[str, ...]:
@@ -208,6 +209,12 @@ class _ExperimentConfig:
   @property
   def predictor_sizes(self) -> tuple[int, ...]:
     return self.predictor or (512, self.projector[-1])
+
+  @property
+  def has_predictor(self) -> bool:
+    """Whether the SSL model ends in a predictor head: its SSL method's, or one a client add-on's
+    terms read (`tff_ssl.methods.addons`: FedX with SimCLR)."""
+    return ssl_lib.get(self.ssl).predictor or addons.predictor(self)
 
   def check_fields_for_method(self, fields_set: set[str] | list[str]) -> None:
     """Raises ValueError if a field in `fields_set` is one `self.method` (with `self.ssl`) does not

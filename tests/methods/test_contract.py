@@ -1,5 +1,6 @@
-"""The contract every registered method keeps, one test each (the registry decides the list: a method
-added to `tff_ssl.methods` without an entry in `CONTRACT` fails `test_every_method_has_a_contract`).
+"""The contract every registered method and client add-on keeps, one test each (the registries decide
+the list: a method added to `tff_ssl.methods`, or an add-on to `tff_ssl.methods.addons`, without an
+entry in `CONTRACT` or `ADDON_CONTRACT` fails `test_every_method_and_addon_has_a_contract`).
 
 A federated method builds from bin/train's flags, runs two rounds on synthetic images, and a run
 killed after its round-1 checkpoint (the round-2 checkpoint and results.json gone, the CSVs, client
@@ -19,6 +20,7 @@ import pytest
 
 from tests.bin import binaries
 from tff_ssl import methods
+from tff_ssl.methods import addons
 from tff_ssl.federated import client_state
 
 FEDERATED = ["--task=synthetic_dcco_smoke", "--eval_steps=5", "--checkpoint_every=1"]
@@ -50,8 +52,17 @@ CONTRACT = {
 }
 
 
+# Each client add-on (`tff_ssl.methods.addons`) on a method that takes it, the same contract: FedX on
+# FedEMA, whose clients start from their own mix while FedX distils from the global model; FedU²'s
+# FUR and EUA on FedSimCLR, as the authors' code runs them.
+ADDON_CONTRACT = {
+    "fedx": ["--method=fedema", "--rounds=2", "--ssl=byol", "--fedx", *CLIENTS],
+    "fedu2": ["--method=fedavg", "--rounds=2", "--ssl=simclr", "--fedu2_fur", "--fedu2_eua",
+              *CLIENTS],
+}
+
 # The methods whose clients keep state between rounds (in the run folder's client-state store).
-KEEPS_CLIENT_STATE = {"fedbyol", "fedu", "fedmoco", "fedema", "fedlama", "heterogeneous"}
+KEEPS_CLIENT_STATE = {"fedbyol", "fedu", "fedmoco", "fedema", "fedlama", "heterogeneous", "fedx"}
 
 
 def package_methods() -> list[str]:
@@ -61,14 +72,18 @@ def package_methods() -> list[str]:
           if m.build is None or m.build.__module__.startswith("tff_ssl.")]
 
 
-def test_every_method_has_a_contract():
+def test_every_method_and_addon_has_a_contract():
   assert sorted(CONTRACT) == sorted(package_methods())
+  assert sorted(ADDON_CONTRACT) == sorted(a.__name__.rsplit(".", 1)[-1] for a in addons.ADDONS)
 
 
 def run(out, name):
-  small = FEDERATED if methods.METHODS[name].federated else STEPS
-  ended = binaries.train_in_process(f"--output_dir={out}", *small, f"--method={name}",
-                                    *CONTRACT[name])
+  if name in ADDON_CONTRACT:
+    flags = [*FEDERATED, *ADDON_CONTRACT[name]]
+  else:
+    flags = [*(FEDERATED if methods.METHODS[name].federated else STEPS), f"--method={name}",
+             *CONTRACT[name]]
+  ended = binaries.train_in_process(f"--output_dir={out}", *flags)
   assert ended.returncode == 0, ended.stderr[-3000:]
   return ended
 
@@ -79,7 +94,7 @@ def results_of(run_dir) -> dict:
 
 
 @pytest.mark.parametrize("name", [n for n in CONTRACT
-                                  if methods.METHODS[n].federated])
+                                  if methods.METHODS[n].federated] + list(ADDON_CONTRACT))
 def test_two_rounds_then_kill_and_resume_gives_the_same_metrics(tmp_path, name):
   full = tmp_path / "full"
   run(full, name)

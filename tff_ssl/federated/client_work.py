@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -66,11 +66,24 @@ CLIENT_WEIGHT_DECAY = Field("client_weight_decay", 0.0, "FedAvg-style: client we
                             "the gradients with sgd/sgdm, decoupled with adamw).", lower=0)
 
 
+class Upload(NamedTuple):
+  """What a client uploads anyway, which a term's report may read: Delta_k of the trained tensors
+  (relative to the broadcast model) and N_k."""
+
+  update: list
+  num_examples: Any
+
+
 @dataclasses.dataclass(frozen=True)
 class Step:
   """What a client term sees of one local step: the model, its outputs on the step's views, the
-  weights the client's training started from (`start`: the broadcast model's, all tensors), the
-  weights being trained (`current`, all tensors) and the two views."""
+  weights the client's training started from (`start`, all tensors: the broadcast model's, or where
+  the client's state began it, e.g. FedEMA's mix of its own and the global), the weights being
+  trained (`current`, all tensors) and the two views; the round's global model (`broadcast`, all
+  tensors; None: `start`, which it is for a stateless client); and, for a term that draws
+  images of its own (FedX's anchors), the client's images (`data`: {"images", "ids"}, all it holds,
+  not only the step's batch), the step's seed and the views' augmentation (None where the caller
+  trains on no client's data: `tff_ssl.cost`'s one step)."""
 
   model: FunctionalModel
   outputs: ssl_lib.Outputs
@@ -78,6 +91,15 @@ class Step:
   current: list
   v1: Any
   v2: Any
+  data: Any = None
+  seed: Any = None
+  augment: AugmentConfig | None = None
+  broadcast: list | None = None
+
+  @property
+  def global_weights(self) -> list:
+    """The round's global model (all tensors): `broadcast`, else `start`."""
+    return self.start if self.broadcast is None else self.broadcast
 
 
 class ClientTerm:
@@ -86,6 +108,8 @@ class ClientTerm:
   key: its entry in what local training carries, in a step's record and in the client's report.
   features: its loss reads the encoder's features (`ssl_lib.Outputs.h1, h2`): the model must output
     them last (`ssl_model.ssl_model_builder(..., features=True)`).
+  predictions: its loss reads the predictor's outputs (`ssl_lib.Outputs.p1, p2`): the model must
+    have a predictor head even where the SSL method has none (`Method.predictor`).
 
   Client side (TensorFlow, inside the client's computation): `initial`, `scope`, `loss`,
   `after_step`, `report`. Server side (NumPy): `measurements` of the round's reports.
@@ -93,6 +117,7 @@ class ClientTerm:
 
   key: str = ""
   features: bool = False
+  predictions: bool = False
 
   @property
   def stateful(self) -> bool:
@@ -128,8 +153,9 @@ class ClientTerm:
     del model
     return None
 
-  def report(self, carried) -> Any:
-    """This client's upload (`report_spec`), from what the term carried to the end of training."""
+  def report(self, carried, upload: "Upload") -> Any:
+    """This client's upload (`report_spec`), from what the term carried to the end of training
+    (None where it carries nothing) and the client's `Upload` (its update and N_k)."""
     raise NotImplementedError(f"{type(self).__name__} declares a report_spec; define report()")
 
   def measurements(self, reports) -> dict:
@@ -223,6 +249,11 @@ class ClientConfig:
     return max(self.method.min_samples, 2 if self.head_norm == "batch" else 1)
 
   @property
+  def predictions(self) -> bool:
+    """Whether the model's second output is a predictor's (the SSL method's, or a term's)."""
+    return self.method.predictor or any(t.predictions for t in self.terms)
+
+  @property
   def needs_features(self) -> bool:
     """Whether a term reads the encoder's features (the model's last output)."""
     return any(t.features for t in self.terms)
@@ -239,13 +270,15 @@ class ClientConfig:
 
 
 def view_outputs(model: FunctionalModel, method: ssl_lib.SSLMethod, weights, target, v1, v2,
-                 queue=None) -> ssl_lib.Outputs:
+                 queue=None, predictions: bool | None = None) -> ssl_lib.Outputs:
   """The SSL method's view outputs; `target` None: the online projections stand in (first step).
-  A model with one output more than its heads (`ssl_model_builder(..., features=True)`) gives the
-  encoder's features too (h1, h2)."""
+  `predictions`: the model's second output is a predictor's (default: where the SSL method has one;
+  `ClientConfig.predictions`). A model with one output more than its heads
+  (`ssl_model_builder(..., features=True)`) gives the encoder's features too (h1, h2)."""
   outs = common.encode_outputs(model, weights, v1, v2)
-  heads = 1 + int(method.predictor)
-  (z1, z2), (p1, p2) = outs[0], (outs[1] if method.predictor else (None, None))
+  predictions = method.predictor if predictions is None else predictions
+  heads = 1 + int(predictions)
+  (z1, z2), (p1, p2) = outs[0], (outs[1] if predictions else (None, None))
   h1, h2 = outs[heads] if len(outs) > heads else (None, None)
   t1 = t2 = None
   if method.ema_target:
@@ -321,7 +354,8 @@ def _next_ssl_state(cfg: ClientConfig, carried: dict, step: Step, new, record: d
   return out
 
 
-def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried, round_num):
+def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried, round_num,
+                         broadcast):
   """E full-batch steps on the client's images (new views at each step)."""
   method, schedule = cfg.method, cfg.schedule
   learning_rate = (cfg.client_learning_rate if schedule.constant else
@@ -333,8 +367,9 @@ def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, ca
     v1, v2 = common.views(data, step_seed if cfg.step_views else seed, cfg.augment)
     with step_scope(cfg, step_seed, state[0]):
       outputs = view_outputs(model, method, current, state[0].get("target"), v1, v2,
-                             state[0].get("queue"))
-      state[1] = Step(model, outputs, list(weights), list(current), v1, v2)
+                             state[0].get("queue"), cfg.predictions)
+      state[1] = Step(model, outputs, list(weights), list(current), v1, v2, data, step_seed,
+                      cfg.augment, broadcast)
       return client_loss(cfg, state[1], state[0], state[2])
 
   def after_step(new):
@@ -346,7 +381,8 @@ def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, ca
   return delta, first, mean, state[0]
 
 
-def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried, round_num):
+def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried, round_num,
+                        broadcast):
   """E epochs of steps on batches of `local_batch_size`, each epoch over a seeded shuffle.
 
   A `tf.while_loop` (the number of steps depends on N_k) built in a `tf.function`, so the TF1 graph
@@ -361,7 +397,7 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
              for k, v in carried.items()}
 
   @tf.function(autograph=False)  # The loop is explicit; autograph only re-parses the body.
-  def train(weights, carried, images, ids, seed, round_num):
+  def train(weights, carried, images, ids, seed, round_num, broadcast):
     n = tf.shape(ids)[0]
     batch = tf.minimum(cfg.local_batch_size, n)
     per_epoch = tf.maximum(1, n // batch)
@@ -382,8 +418,9 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
         with step_scope(cfg, step_seed, carried):
           merged = mask.merge(trained, weights)
           outputs = view_outputs(model, method, merged, carried.get("target"), v1, v2,
-                                 carried.get("queue"))
-          done[0] = Step(model, outputs, list(weights), merged, v1, v2)
+                                 carried.get("queue"), cfg.predictions)
+          done[0] = Step(model, outputs, list(weights), merged, v1, v2,
+                         {"images": images, "ids": ids}, step_seed, cfg.augment, broadcast)
           return client_loss(cfg, done[0], carried, record)
 
       if not schedule.constant:
@@ -405,12 +442,13 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
             loss_sum / tf.cast(total, tf.float32), carried)
 
   return train(list(weights), carried, grouping.field(data, "images"),
-               grouping.field(data, "ids"), seed, round_num)
+               grouping.field(data, "ids"), seed, round_num,
+               None if broadcast is None else list(broadcast))
 
 
 def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, data,
                    mask: masks.TensorMask | None = None, carried: dict | None = None,
-                   round_num=None):
+                   round_num=None, broadcast=None):
   """A client's local training on its own images, of the tensors of `mask` (default: all), from
   `weights`.
 
@@ -420,7 +458,8 @@ def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, dat
   between rounds).
 
   `round_num`: the round, for the learning-rate schedule (None: the round of `seed`, a round's seed,
-  `common.round_seed`).
+  `common.round_seed`). `broadcast`: the round's global model where the client's state starts it
+  elsewhere (a term reads it as `Step.global_weights`); None: `weights` are the global model.
 
   Returns (Delta_k of the trained tensors, first-step loss, mean loss, what was carried to the end of
   the last step).
@@ -429,8 +468,10 @@ def local_training(model: FunctionalModel, cfg: ClientConfig, weights, seed, dat
   carried = initial_ssl_state(model, cfg) if carried is None else carried
   round_num = common.round_of(seed) if round_num is None else tf.cast(round_num, tf.float32)
   if cfg.local_batch_size:
-    return _minibatch_training(model, cfg, weights, seed, data, mask, carried, round_num)
-  return _full_batch_training(model, cfg, weights, seed, data, mask, carried, round_num)
+    return _minibatch_training(model, cfg, weights, seed, data, mask, carried, round_num,
+                               broadcast)
+  return _full_batch_training(model, cfg, weights, seed, data, mask, carried, round_num,
+                              broadcast)
 
 
 def schedule_measurements(cfg: ClientConfig, round_num: int) -> dict:
@@ -460,12 +501,13 @@ def client_round(model: FunctionalModel, cfg: ClientConfig, client_state, weight
   n = common.num_examples(client)
   if client_state is None:
     delta, first_loss, mean_loss, carried = local_training(model, cfg, weights, seed, client, mask)
-    return delta, first_loss, mean_loss, n, None, _report(cfg, model, carried, client_id)
+    return (delta, first_loss, mean_loss, n, None,
+            _report(cfg, model, carried, client_id, Upload(delta, n)))
   start = client_state.begin(state, None if weights is None else list(weights), context)
   carried = dict(initial_ssl_state(model, cfg),
                  **(client_state.ssl_state(state, start, context, client_id) or {}))
   delta, first_loss, mean_loss, carried = local_training(model, cfg, start, seed, client, mask,
-                                                         carried)
+                                                         carried, broadcast=weights)
   if weights is None:
     broadcast, upload = start, delta
   else:  # Delta_k relative to the broadcast model, whatever the client started from.
@@ -473,12 +515,13 @@ def client_round(model: FunctionalModel, cfg: ClientConfig, client_state, weight
     upload = [g - s + d for g, s, d in zip(mask.select(weights), mask.select(start), delta)]
   new_state = client_state.end(state, mask.select(broadcast), upload, n, mean_loss, carried,
                                context)
-  return upload, first_loss, mean_loss, n, new_state, _report(cfg, model, carried, client_id)
+  return (upload, first_loss, mean_loss, n, new_state,
+          _report(cfg, model, carried, client_id, Upload(upload, n)))
 
 
-def _report(cfg: ClientConfig, model: FunctionalModel, carried: dict, client_id):
+def _report(cfg: ClientConfig, model: FunctionalModel, carried: dict, client_id, upload: Upload):
   terms = reporting_terms(cfg, model)
   if not terms:
     return None
   return collections.OrderedDict(
-      [("client", client_id)] + [(t.key, t.report(carried[t.key])) for t in terms])
+      [("client", client_id)] + [(t.key, t.report(carried.get(t.key), upload)) for t in terms])

@@ -38,10 +38,10 @@ def head_options(config) -> tuple[dict, dict]:
 
 
 def ssl_model_builder(config, image_shape, features: bool = False):
-  """The federated model: encoder + projector (outputs z), + predictor when the SSL method has one
-  (outputs [z, p]); `features`: the encoder's output h last ([z, h] or [z, p, h]: LW-FedSSL's
+  """The federated model: encoder + projector (outputs z), + predictor when the SSL method or a client
+  add-on reads one (`ExperimentConfig.has_predictor`; outputs [z, p]); `features`: the encoder's output h last ([z, h] or [z, p, h]: LW-FedSSL's
   representation alignment). The weights are the same either way."""
-  predictor = ssl_lib.get(config.ssl).predictor
+  predictor = getattr(config, "has_predictor", ssl_lib.get(config.ssl).predictor)
   projector_options, predictor_options = head_options(config)
 
   def build():

@@ -43,16 +43,17 @@ from tff_ssl.federated.client_work import ClientConfig, initial_ssl_state, view_
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.process import BuildContext
 from tff_ssl.method import FEDERATED_FIELDS, Method
+from tff_ssl.methods import addons
 
 def check_outputs(model: FunctionalModel, config: ClientConfig) -> None:
   """ValueError unless `model` has the outputs the SSL method and the client terms read."""
   method = config.method
-  outputs = 1 + int(method.predictor) + int(config.needs_features)
+  outputs = 1 + int(config.predictions) + int(config.needs_features)
   if len(model.output_dims) < outputs:
     with_terms = "".join(f" with {t.key}" for t in config.terms if t.features)
     raise ValueError(
         f"{method.name}{with_terms} needs a model with {outputs} output(s) (projection"
-        f"{', prediction' if method.predictor else ''}"
+        f"{', prediction' if config.predictions else ''}"
         f"{', encoder features' if config.needs_features else ''}); this one has "
         f"{len(model.output_dims)}")
 
@@ -372,7 +373,7 @@ class FedAvgSSLProcess(server_step.ServerLoop):
 FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + privacy.FIELDS + (client_work.LOCAL_BATCH_SIZE,
                                                   client_work.LOCAL_UNIT,
                                                   client_work.CLIENT_WEIGHT_DECAY,
-                                                  local_steps.CLIENT_LR_SCHEDULE, "warmup_fraction")
+                                                  local_steps.CLIENT_LR_SCHEDULE, "warmup_fraction") + addons.FIELDS
 
 
 def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
@@ -394,7 +395,8 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
       local_batch_size=config.local_batch_size, local_unit=config.local_unit, augment=config.augment_config(), seed=config.seed,
       head_norm=config.head_norm, lr_schedule=config.client_lr_schedule,
-      warmup_fraction=config.warmup_fraction, rounds=config.rounds)
+      warmup_fraction=config.warmup_fraction, rounds=config.rounds).with_terms(
+          *addons.terms(config))  # The client add-ons the config turns on (--fedx).
   return client, aggregator, grouping.Simulation(mode=config.simulation,
                                                  group_size=config.group_size)
 
@@ -405,7 +407,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
   fedavg_config, aggregator, simulation = process_config(config)
   mask = masks.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   return FedAvgSSLProcess(model, image_shape, server_step.server_optimizer_for(config, model.names),
-                          fedavg_config, aggregator.build(model, mask), simulation, mask=mask)
+                          fedavg_config, aggregator.build(model, mask), simulation, mask=mask,
+                          stages=addons.stages(config, model, mask))
 
 
 def divergence_hint(config) -> str:

@@ -138,7 +138,8 @@ class FeatureCorrelationTerm(ClientTerm):
     return collections.OrderedDict(r=tf.TensorSpec([self.dim, self.dim], tf.float32),
                                    term=scalar, partners=scalar)
 
-  def report(self, carried):
+  def report(self, carried, upload):
+    del upload
     steps = tf.maximum(carried["steps"], 1.0)
     return collections.OrderedDict(r=carried["r_sum"] / steps, term=carried["term_sum"] / steps,
                                    partners=carried["partner_sum"] / steps)

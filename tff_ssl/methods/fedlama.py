@@ -50,7 +50,7 @@ from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
 from tff_ssl.federated.server_stage import ServerStage
-from tff_ssl.methods import fedavg, fedfoa
+from tff_ssl.methods import addons, fedavg, fedfoa
 from tff_ssl.config_fields import Field
 from tff_ssl.method import Method
 
@@ -257,8 +257,8 @@ PHI = Field("fedlama_phi", 2, "FedLAMA: the relaxed layers' interval is phi time
             "intervals are re-chosen every phi base intervals.", lower=1,
             note="1: every layer at the base interval")
 # FedAvg's fields but its aggregation strategy's (FedLAMA aggregates in its own way), and its own.
-FIELDS = tuple(f for f in fedavg.FIELDS
-               if f not in aggregators.FIELDS + privacy.FIELDS) + (INTERVAL, PHI) + fedfoa.FIELDS
+FIELDS = tuple(f for f in fedavg.FIELDS if f not in aggregators.FIELDS + privacy.FIELDS
+               + addons.SERVER_FIELDS) + (INTERVAL, PHI) + fedfoa.FIELDS
 
 
 def lama_config(config) -> FedLAMAConfig:

@@ -20,8 +20,8 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from tff_ssl.federated import server_step
-from tff_ssl.methods import fedavg
+from tff_ssl.federated import masks, server_step
+from tff_ssl.methods import addons, fedavg
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.federated.process import BuildContext
 from tff_ssl.config_fields import Field
@@ -61,7 +61,8 @@ class ProximalTerm(ClientTerm):
     del model
     return collections.OrderedDict(distance=tf.TensorSpec([], tf.float32))
 
-  def report(self, carried):
+  def report(self, carried, upload):
+    del upload
     return collections.OrderedDict(distance=carried["distance"])
 
   def measurements(self, reports):
@@ -73,7 +74,8 @@ def build(config, model, image_shape, context: BuildContext = BuildContext()):
   client, aggregator, simulation = fedavg.process_config(config)
   return fedavg.FedAvgSSLProcess(
       model, image_shape, server_step.server_optimizer_for(config, model.names),
-      client.with_terms(ProximalTerm(config.fedprox_mu)), aggregator.build(model), simulation)
+      client.with_terms(ProximalTerm(config.fedprox_mu)), aggregator.build(model), simulation,
+      stages=addons.stages(config, model, masks.TensorMask.of_model(model)))
 
 
 METHOD = Method(

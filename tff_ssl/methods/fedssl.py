@@ -50,7 +50,7 @@ from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
-from tff_ssl.methods import fedavg, fedfoa
+from tff_ssl.methods import addons, fedavg, fedfoa
 from tff_ssl.method import Method
 
 DIVERGENCES = ("paper", "code")
@@ -228,7 +228,7 @@ def build(config, model, image_shape, stateful: StatefulConfig):
   return fedavg.FedAvgSSLProcess(
       model, image_shape, server_step.server_optimizer_for(config, model.names), fedavg_config,
       aggregator.build(model), simulation, client_state=state,
-      stages=fedfoa.stages(config))  # With --fedfoa, its bank.
+      stages=fedfoa.stages(config) + addons.stages(config, model, mask))  # --fedfoa's bank, EUA.
 
 
 def method(name: str, stateful_of, summary: str, fields: tuple[Field, ...] = (),

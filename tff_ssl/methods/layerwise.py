@@ -42,7 +42,7 @@ import tensorflow as tf
 from tff_ssl import optim
 from tff_ssl.federated import client_work, common, ssl_model
 from tff_ssl.federated import masks
-from tff_ssl.methods import alignment, depth_dropout, fedavg
+from tff_ssl.methods import addons, alignment, depth_dropout, fedavg
 from tff_ssl.federated.client_work import ClientConfig, local_training
 from tff_ssl.federated.server_step import ServerState
 from tff_ssl.federated.functional import FunctionalModel
@@ -279,7 +279,7 @@ def method(name: str, layerwise: LayerwiseConfig, summary: str) -> Method:
   own = (((AUXILIARY_FRACTION,) if layerwise.calibration else ()) +
          (alignment.FIELDS if layerwise.alignment else ()) +
          (depth_dropout.FIELDS if layerwise.depth_dropout else ()))
-  return Method(name=name, kind="federated", fields=fedavg.FIELDS + own, ssl=fedavg.METHOD.ssl,
+  return Method(name=name, kind="federated", fields=tuple(f for f in fedavg.FIELDS if f not in addons.SERVER_FIELDS) + own, ssl=fedavg.METHOD.ssl,
                 validate=_validate, build=build, min_samples=fedavg.METHOD.min_samples,
                 divergence_hint=fedavg.divergence_hint, summary=summary,
                 auxiliary=layerwise.calibration)
