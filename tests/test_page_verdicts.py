@@ -1,7 +1,7 @@
 """Pages say what the checker says (issue 72): where a rendered table page's analysis cites claims
 ("claims [2], [6]"), every verdict word it uses is one the checker gives those claims in the page's
-own table, and no page calls a comparison a tie or inconclusive unless a checker says so (today's
-checker says holds, fails or untested; a tie is the checker's to declare, with its margin)."""
+own table, and no page calls a comparison a tie or inconclusive unless a checker says so (a table
+with training seeds declares its tie margin, and its checker gives tie and inconclusive too)."""
 
 import glob
 import os

@@ -3,7 +3,8 @@
 `reproduce(table, output_dir)` fills `output_dir`:
 
   selection.json      learning rates chosen on the validation split (pilot runs in selection/)
-  cells/ROW/COLUMN/   one `bin/train`-style run folder per cell (hparams, metrics, checkpoints, results)
+  cells/ROW/COLUMN/   one `bin/train`-style run folder per cell (hparams, metrics, checkpoints, results);
+                      COLUMN_seedS/ the same cell at another training seed S (`Table.seeds`)
   random_init.json    the baselines: raw pixels and the encoder at its initialization under each
                       frozen-feature evaluation (the primary one's random init is the curves' round 0)
   table.md, table.csv our numbers beside the paper's; curves.png: linear-probe accuracy over rounds
@@ -39,6 +40,7 @@ class Cell:
   column: Column | None = None
   label_fraction: float | None = None  # The supervised row's cells: a label subset,
   label_seed: int = 0  # and its seed.
+  seed: int | None = None  # A training seed other than the row's own (`Table.seeds_of`).
 
   @property
   def path(self) -> str:
@@ -49,11 +51,18 @@ class Cell:
                                                    else "")
     else:
       part = "all"
+    if self.seed is not None:
+      part += f"_seed{self.seed}"
     return os.path.join("cells", self.row.key, part)
+
+  @property
+  def training_seed(self) -> int:
+    return self.row.config.seed if self.seed is None else self.seed
 
 
 def cells(table: Table) -> tuple[list[Cell], dict[tuple[str, str], str]]:
-  """The cells to run, and (row, column) -> reason for the cells that are not run."""
+  """The cells to run, and (row, column) -> reason for the cells that are not run. The cells at
+  further training seeds (`Table.seeds_of`) come after every row's own."""
   todo, skipped = [], {}
   for row in table.rows:
     if row.supervised:
@@ -70,6 +79,8 @@ def cells(table: Table) -> tuple[list[Cell], dict[tuple[str, str], str]]:
           todo.append(Cell(row, column))
     else:
       todo.append(Cell(row))
+  todo += [Cell(c.row, c.column, seed=s) for c in list(todo) if not c.row.supervised
+           for s in table.seeds_of(c.row, c.column.key if c.column else "")[1:]]
   return todo, skipped
 
 
@@ -270,7 +281,7 @@ def cell_baselines(table: Table, output_dir: str, todo,
   splits: dict[tuple, Any] = {}
   out: dict = {}
   for cell in todo:
-    if cell.row.supervised:
+    if cell.row.supervised or cell.seed is not None:  # The gate reads each row's own seed.
       continue
     config = table.cell_config(cell.row, cell.column)
     data = (config.dataset, config.data_dir)
@@ -386,7 +397,7 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
           kwargs = {}
         else:
           lr = choices.get(cell.row.key, {}).get("learning_rate")
-          config = table.cell_config(cell.row, cell.column, lr)
+          config = table.cell_config(cell.row, cell.column, lr, cell.seed)
           kwargs = dict(random_init_baseline=False, evaluate=_evaluations(table, config))
         results[cell.path], ran = _timed_run(config, output_dir, cell.path, timing,
                                              progress=progress, **kwargs)

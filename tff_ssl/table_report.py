@@ -8,7 +8,7 @@ import io
 import os
 from typing import Any
 
-from tff_ssl import rundir, table_plot
+from tff_ssl import rundir, table_plot, verdicts
 from tff_ssl.tables import FAILED, Table
 
 CSV_FIELDS = ("evaluation", "row", "column", "group", "total_clients", "samples_per_client",
@@ -40,7 +40,7 @@ def _paper(value) -> str:
 def collect(table: Table, todo, skipped, results) -> list[dict[str, Any]]:
   """One record per (evaluation, row, column) of the grid, with ours, the paper's and a status."""
   by_key = {(c.row.key, c.column.key if c.column else None, c.label_fraction, c.label_seed): c
-            for c in todo}
+            for c in todo if c.seed is None}  # Each row's own training seed (`seed_accuracies`).
   records = []
   for e in table.evaluations:
     for row in table.rows:
@@ -238,43 +238,37 @@ def _missing(table: Table, records, cells, keys) -> str:
 
 
 def claim_columns(table: Table, claim) -> list[str]:
-  """The columns `claim` is checked in: its own, else every column where neither row is left out
-  by rule (a within-client loss at one image a client, a row that runs in some columns only); ""
-  alone when neither row has columns."""
-  federated = [table.row(k).federated for k in (claim.better, claim.base)]
-  if not any(federated):
-    return [""]
-  keys = list(claim.columns) or [c.key for c in table.columns]
-  out = []
-  for key in keys:
-    column = table.column(key)
-    if any(f and table.row(k).skip_reason(column) for k, f in zip((claim.better, claim.base),
-                                                                   federated)):
-      continue
-    out.append(key)
-  return out
+  """`Table.claim_columns`."""
+  return table.claim_columns(claim)
 
 
 def verdict_of(line: str) -> str:
-  """The verdict word of a check's line: holds, fails or untested."""
+  """The verdict word of a check's line: one of `verdicts.VERDICTS` (holds, fails, tie,
+  inconclusive, untested)."""
   tail = line.rsplit(" — ", 1)[-1]
-  if tail.startswith("untested"):
-    return "untested"
+  for word in ("untested", "tie", "inconclusive"):
+    if tail.startswith(word):
+      return word
   return "fails" if tail.startswith("**fails**") else "holds"
 
 
-def claim_tally(table: Table, records, g: Gate, lines: list[str] | None = None) -> str:
+def claim_tally(table: Table, records, g: Gate, lines: list[str] | None = None,
+                seeds=None) -> str:
   """One line: the checks of the paper's claims and of the project's own, each counted apart
-  (`lines`: `claim_lines`' output, where the caller has it)."""
-  counts = {False: [0, 0, 0], True: [0, 0, 0]}
-  lines = claim_lines(table, records, g) if lines is None else lines
+  (`lines`: `claim_lines`' output, where the caller has it; `seeds`: `seed_accuracies`)."""
+  counts = {False: dict.fromkeys(verdicts.VERDICTS, 0), True: dict.fromkeys(verdicts.VERDICTS, 0)}
+  lines = claim_lines(table, records, g, seeds) if lines is None else lines
   for claim, line in zip(_claims_in_order(table), lines):
-    counts[claim.own][("holds", "fails", "untested").index(verdict_of(line))] += 1
+    counts[claim.own][verdict_of(line)] += 1
+  words = {"holds": "hold", "fails": "fail", "tie": "tie", "inconclusive": "inconclusive",
+           "untested": "untested"}
   parts = []
   for own, what in ((False, "the paper's claims"), (True, "the project's own")):
-    h, f, u = counts[own]
-    if h + f + u or not own:
-      parts.append(f"{what}: {h + f + u} checks, {h} hold, {f} fail, {u} untested")
+    c = counts[own]
+    if sum(c.values()) or not own:
+      shown = [v for v in verdicts.VERDICTS if c[v] or v in ("holds", "fails", "untested")]
+      parts.append(f"{what}: {sum(c.values())} checks, " +
+                   ", ".join(f"{c[v]} {words[v]}" for v in shown))
   return "Tally: " + "; ".join(parts) + "."
 
 
@@ -284,20 +278,71 @@ def _claims_in_order(table: Table):
       yield claim
 
 
-def claim_lines(table: Table, records, g: Gate) -> list[str]:
+def claim_lines(table: Table, records, g: Gate, seeds=None) -> list[str]:
   """Every claim of `table.claims` in every column it applies to, "[n] column: ... — holds /
-  **fails** / untested: <why>", n numbering the claims as `claim_sources` lists them."""
+  **fails** / untested: <why>", n numbering the claims as `claim_sources` lists them. A table with
+  training seeds (`Table.seeds`) reads `seeds` (`seed_accuracies`) by the verdict rule
+  (`seeded_compare`)."""
   lines = []
   for i, claim in enumerate(table.claims, 1):
     for column in claim_columns(table, claim):
       where = f"{table.column(column).group} {table.column(column).label}".strip() if column else ""
       label = ", ".join(x for x in (where, claim.label) if x)
-      line = g.compare(table, records, claim.better, claim.base, column,
-                       strict=claim.relation == "above", label=label,
-                       within=claim.within if claim.relation == "within" else None,
-                       evaluations=claim.evaluations or None)
+      if table.seeds:
+        line = seeded_compare(table, records, g, seeds or {}, claim, column, label)
+      else:
+        line = g.compare(table, records, claim.better, claim.base, column,
+                         strict=claim.relation == "above", label=label,
+                         within=claim.within if claim.relation == "within" else None,
+                         evaluations=claim.evaluations or None)
       lines.append(f"[{i}] {line}")
   return lines
+
+
+def seed_accuracies(table: Table, todo, results) -> dict:
+  """{(evaluation, row, column): {training seed: accuracy}} of every pretrained cell at every seed
+  it ran at (`Table.seeds_of`; a failed or unfinished run has no entry), column "" for a row
+  without columns."""
+  out: dict = {}
+  for cell in todo:
+    result = results.get(cell.path)
+    if cell.row.supervised or result is None or "failed" in result:
+      continue
+    column = cell.column.key if cell.column is not None else ""
+    for e in table.evaluations:
+      if table.in_run_main and e.key == table.evaluations[0].key or e.key in result.get(
+          "evaluations", {}):
+        out.setdefault((e.key, cell.row.key, column), {})[cell.training_seed] = cell_accuracy(
+            table, result, e.key)
+  return out
+
+
+def seeded_compare(table: Table, records, g: Gate, seeds, claim, column: str, label: str) -> str:
+  """A claim by `tff_ssl.verdicts`' rule: the paired differences per training seed (the mean over
+  the evaluations it reads, the gate's label seeds), their 90% interval and the verdict against the
+  table's tie margin. Untested where a row does not clear the gate (its own seed's cell) or fewer
+  than `verdicts.MIN_SEEDS` seeds have both rows."""
+  keys = tuple(claim.evaluations or g.evaluations)
+  words = {"above": "is above", "at_least": "is at least",
+           "within": f"is within {claim.within:g} points of"}[claim.relation]
+  prefix = f"{label + ': ' if label else ''}"
+  text = f"{prefix}{table.row(claim.better).name} {words} {table.row(claim.base).name}"
+  cells = [(k, column if table.row(k).federated else "") for k in (claim.better, claim.base)]
+  missing = _missing(table, records, cells, keys)
+  if missing:
+    return f"{text} — untested: {missing}"
+  gated = [(r, c) for r, c in cells if not table.row(r).supervised]
+  failing = [(r, c) for r, c in gated if not g.passes(r, c, keys)]
+  if failing:
+    row, col = failing[0]
+    return f"{text} — {UNTESTED} ({row}: {g.why_not(row, col, keys)})"
+  both = [{(s, k): acc for k in keys for s, acc in seeds.get((k, r, c), {}).items()}
+          for r, c in cells]
+  verdict, iv, why = verdicts.check(both[0], both[1], claim.relation, table.tie, claim.within)
+  if iv is None:
+    return f"{text} — untested: {why}"
+  word = "**fails**" if verdict == "fails" else verdict
+  return f"{text}: {iv.text()} points — {word}"
 
 
 def claim_sources(table: Table) -> list[str]:
@@ -497,17 +542,25 @@ def _notes_section(table: Table, records) -> str:
   return "".join(lines)
 
 
-def _claims_section(table: Table, records, g: Gate) -> str:
+def _claims_section(table: Table, records, g: Gate, seeds=None) -> str:
   """The paper's claims, their sources, then each checked (empty for a table without claims)."""
   if not table.claims:
     return ""
-  lines = ["\n## The paper's claims\n\n",
-           "Every comparison the paper makes about these rows, checked in every column it "
-           "applies to, at each evaluation it reads (the numbers: one per evaluation; a claim "
-           "holds where it holds at all of them).\n\n"]
+  if table.seeds:
+    rule = (f"Every comparison the paper makes about these rows, checked in every column it "
+            f"applies to at training seeds {', '.join(map(str, table.seeds))}: "
+            f"{verdicts.METHOD}, in points. Tie margin {table.tie:g} points: "
+            f"{table.tie_why}. Holds: the interval above +{table.tie:g}; fails: below "
+            f"-{table.tie:g}; tie: inside; inconclusive: across a bound; untested: a row below "
+            f"the gate (its own seed's cell) or under {verdicts.MIN_SEEDS} seeds.\n\n")
+  else:
+    rule = ("Every comparison the paper makes about these rows, checked in every column it "
+            "applies to, at each evaluation it reads (the numbers: one per evaluation; a claim "
+            "holds where it holds at all of them).\n\n")
+  lines = ["\n## The paper's claims\n\n", rule]
   lines += [f"- {line}\n" for line in claim_sources(table)]
   lines.append("\nChecked:\n\n")
-  checked = claim_lines(table, records, g)
+  checked = claim_lines(table, records, g, seeds)
   lines += [f"- {line}\n" for line in checked]
   lines.append(f"\n{claim_tally(table, records, g, checked)}\n")
   return "".join(lines)
@@ -529,8 +582,25 @@ def _run_time(timing) -> str:
           f"evaluations).\n")
 
 
+def _seeds_section(table: Table, seeds) -> str:
+  """Each claim cell's main probe at each training seed (empty for a table without seeds)."""
+  if not table.seeds:
+    return ""
+  main = table.evaluations[0].key
+  lines = ["\n## Training seeds\n\n",
+           f"The main probe ({table.evaluations[0].name}) of each cell a claim compares, at each "
+           "training seed.\n\n", "| cell | " + " | ".join(f"seed {s}" for s in table.seeds) +
+           " |\n", "|---" * (len(table.seeds) + 1) + "|\n"]
+  for row, column in sorted(table.claim_cells(), key=lambda rc: (
+      [r.key for r in table.rows].index(rc[0]), rc[1])):
+    got = seeds.get((main, row, column), {})
+    lines.append(f"| {_cell_name(table, row, column)} | " +
+                 " | ".join(fmt(got.get(s)) if s in got else "…" for s in table.seeds) + " |\n")
+  return "".join(lines)
+
+
 def _markdown(table: Table, records, choices, random_acc, timing, baselines=None,
-              appendix: str = "", cell_baselines=None) -> str:
+              appendix: str = "", cell_baselines=None, seeds=None) -> str:
   """table.md: the title, a section per evaluation, the learning rates, the notes, the gate, the
   paper's claims, the table's checks, its appendix and the run time."""
   parts = [f"# {table.title} — `{table.name}`, scale `{table.scale}`\n\n",
@@ -542,7 +612,8 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
   parts += [_learning_rates_section(table, choices), _notes_section(table, records)]
   g = gate(table, records, baselines, cell_baselines)
   parts += ["\n## Gate\n\n", "\n".join(gate_lines(table, g)) + "\n",
-            _claims_section(table, records, g), _checks_section(table, records, g)]
+            _claims_section(table, records, g, seeds), _seeds_section(table, seeds or {}),
+            _checks_section(table, records, g)]
   if appendix:
     parts.append(f"\n{appendix.rstrip()}\n")
   parts.append(_run_time(timing))
@@ -603,10 +674,12 @@ def write(table: Table, output_dir: str, todo, skipped, results, choices, random
     writer.writerow({**rec, "ours": "" if rec["ours"] is None else f"{100 * rec['ours']:.2f}",
                      "paper": "" if rec["paper"] is None else rec["paper"]})
   rundir.write_atomic(os.path.join(output_dir, "table.csv"), buf.getvalue())
-  md = _markdown(table, records, choices, random_acc, timing, baselines, appendix, cell_baselines)
+  seeds = seed_accuracies(table, todo, results)
+  md = _markdown(table, records, choices, random_acc, timing, baselines, appendix, cell_baselines,
+                 seeds)
   rundir.write_atomic(os.path.join(output_dir, "table.md"), md)
   curve_key = table.curve_evaluation.key if table.curve_evaluation is not None else None
   raw = (baselines or {}).get(curve_key, {}).get("raw_pixels")
-  png = plot(table, output_dir, todo, results, random_acc, raw)
+  png = plot(table, output_dir, [c for c in todo if c.seed is None], results, random_acc, raw)
   return {"records": records, "table_md": os.path.join(output_dir, "table.md"),
           "table_csv": os.path.join(output_dir, "table.csv"), "curves_png": png}

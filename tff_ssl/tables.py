@@ -250,8 +250,20 @@ class Table:
   # The paper's comparisons of this table's rows, each with its source (`Claim`); the report checks
   # every one of them in every column it applies to.
   claims: tuple[Claim, ...] = ()
+  # The training seeds of every cell a claim compares (`claim_cells`); () : each row's own seed
+  # alone. With seeds, a claim's verdict is `tff_ssl.verdicts`' rule on the paired differences,
+  # with the table's tie margin `tie` (points) and why it is that (`tie_why`, on the page).
+  seeds: tuple[int, ...] = ()
+  tie: float = 0.0
+  tie_why: str = ""
 
   def __post_init__(self):
+    if self.seeds and (len(set(self.seeds)) < 2 or min(self.seeds) < 0):
+      raise ValueError(f"table {self.name}: seeds must be >= 2 distinct training seeds >= 0; got "
+                       f"{self.seeds}")
+    if self.seeds and (self.tie < 0 or not self.tie_why):
+      raise ValueError(f"table {self.name}: a table with training seeds declares its tie margin "
+                       f"(tie >= 0 points) and why (tie_why)")
     keys = [r.key for r in self.rows]
     if len(set(keys)) != len(keys):
       raise ValueError(f"table {self.name}: duplicate row keys {keys}")
@@ -327,10 +339,46 @@ class Table:
     """Whether the main probe is the run's own LARS probe (else an evaluation after the run)."""
     return isinstance(self.evaluations[0].protocol, evaluation.LinearProbeConfig)
 
-  def cell_config(self, row: Row, column: Column | None, learning_rate: float | None = None
-                  ) -> ExperimentConfig:
-    """The run of `row` in `column` (None for rows without columns): its own probe (curves, pilots)
-    is the table's LARS probe, the main one or the first LARS one (default settings if none)."""
+  def claim_columns(self, claim: Claim) -> list[str]:
+    """The columns `claim` is checked in: its own, else every column where neither row is left out
+    by rule (a within-client loss at one image a client, a row that runs in some columns only); ""
+    alone when neither row has columns."""
+    federated = [self.row(k).federated for k in (claim.better, claim.base)]
+    if not any(federated):
+      return [""]
+    out = []
+    for key in list(claim.columns) or [c.key for c in self.columns]:
+      column = self.column(key)
+      if not any(f and self.row(k).skip_reason(column) for k, f in zip((claim.better, claim.base),
+                                                                       federated)):
+        out.append(key)
+    return out
+
+  def claim_cells(self) -> set[tuple[str, str]]:
+    """The (row, column) cells some claim compares ("" for a row without columns; the supervised
+    row's cells are label subsets, not training runs, and are left out)."""
+    out = set()
+    for claim in self.claims:
+      for column in self.claim_columns(claim):
+        for key in (claim.better, claim.base):
+          row = self.row(key)
+          if not row.supervised:
+            out.add((key, column if row.federated else ""))
+    return out
+
+  def seeds_of(self, row: Row, column: str) -> tuple[int, ...]:
+    """The training seeds the cell of `row` in `column` runs at: its own seed, then the table's
+    others where a claim compares the cell."""
+    own = row.config.seed
+    if not self.seeds or (row.key, column) not in self.claim_cells():
+      return (own,)
+    return (own,) + tuple(s for s in self.seeds if s != own)
+
+  def cell_config(self, row: Row, column: Column | None, learning_rate: float | None = None,
+                  seed: int | None = None) -> ExperimentConfig:
+    """The run of `row` in `column` (None for rows without columns), at training seed `seed` (None:
+    the row's own): its own probe (curves, pilots) is the table's LARS probe, the main one or the
+    first LARS one (default settings if none)."""
     curve = self.curve_evaluation
     probe = curve.protocol if curve is not None else evaluation.LinearProbeConfig(
         label_fraction=self.evaluations[0].label_fraction)
@@ -341,6 +389,8 @@ class Table:
       learning_rate = row.learning_rates[0]
     if learning_rate is not None:
       fields[row.lr_field] = learning_rate
+    if seed is not None:
+      fields["seed"] = seed
     config = column.apply(row.config) if column is not None else row.config
     return dataclasses.replace(config, **fields)
 
