@@ -171,7 +171,7 @@ class Gate:
 
   def compare(self, table: Table, records, better: str, base: str, column: str, strict: bool,
               label: str = "", within: float | None = None,
-              evaluations: tuple[str, ...] | None = None) -> str:
+              evaluations: tuple[str, ...] | None = None, by: float | None = None) -> str:
     """An ordering between two rows in one column at every evaluation of `evaluations` (default:
     the gate's, the main probe's label seeds): "`label`: A a0 / a1 is above (strict) or at least B
     b0 / b1 (d0 / d1 points) — ..."; with `within` (points), "is within `within` points of" instead
@@ -182,6 +182,8 @@ class Gate:
     keys = tuple(evaluations or self.evaluations)
     if within is not None:
       words = f"is within {within:g} points of"
+    elif by is not None:
+      words = f"is at least {by:g} points above"
     else:
       words = "is above" if strict else "is at least"
     prefix = f"{label + ': ' if label else ''}"
@@ -195,6 +197,8 @@ class Gate:
     b = [ours[(k, *cells[1])] for k in keys]
     if within is not None:
       held = [abs(100 * (x - y)) <= within for x, y in zip(a, b)]
+    elif by is not None:
+      held = [100 * (x - y) >= by - 1e-9 for x, y in zip(a, b)]
     else:
       held = [x > y if strict else x >= y for x, y in zip(a, b)]
     text = (f"{prefix}{table.row(better).name} "
@@ -294,7 +298,8 @@ def claim_lines(table: Table, records, g: Gate, seeds=None) -> list[str]:
         line = g.compare(table, records, claim.better, claim.base, column,
                          strict=claim.relation == "above", label=label,
                          within=claim.within if claim.relation == "within" else None,
-                         evaluations=claim.evaluations or None)
+                         evaluations=claim.evaluations or None,
+                         by=claim.by if claim.relation == "by" else None)
       lines.append(f"[{i}] {line}")
   return lines
 
@@ -324,7 +329,8 @@ def seeded_compare(table: Table, records, g: Gate, seeds, claim, column: str, la
   than `verdicts.MIN_SEEDS` seeds have both rows."""
   keys = tuple(claim.evaluations or g.evaluations)
   words = {"above": "is above", "at_least": "is at least",
-           "within": f"is within {claim.within:g} points of"}[claim.relation]
+           "within": f"is within {claim.within:g} points of",
+           "by": f"is at least {claim.by:g} points above"}[claim.relation]
   prefix = f"{label + ': ' if label else ''}"
   text = f"{prefix}{table.row(claim.better).name} {words} {table.row(claim.base).name}"
   cells = [(k, column if table.row(k).federated else "") for k in (claim.better, claim.base)]
@@ -338,7 +344,8 @@ def seeded_compare(table: Table, records, g: Gate, seeds, claim, column: str, la
     return f"{text} — {UNTESTED} ({row}: {g.why_not(row, col, keys)})"
   both = [{(s, k): acc for k in keys for s, acc in seeds.get((k, r, c), {}).items()}
           for r, c in cells]
-  verdict, iv, why = verdicts.check(both[0], both[1], claim.relation, table.tie, claim.within)
+  verdict, iv, why = verdicts.check(both[0], both[1], claim.relation, table.tie,
+                                    claim.by if claim.relation == "by" else claim.within)
   if iv is None:
     return f"{text} — untested: {why}"
   word = "**fails**" if verdict == "fails" else verdict
@@ -355,7 +362,7 @@ def claim_sources(table: Table) -> list[str]:
   out = [f"({letter}) {source}" for source, letter in letters.items()]
   for i, c in enumerate(table.claims, 1):
     relation = (f"within {c.within:g} points of" if c.relation == "within" else
-                words[c.relation])
+                f"at least {c.by:g} points above" if c.relation == "by" else words[c.relation])
     evals = ", ".join(c.evaluations) or ", ".join(g for g in table.gate_keys)
     label = f", {c.label}" if c.label else ""
     out.append(f"[{i}] {table.row(c.better).name} {relation} {table.row(c.base).name}{label} "

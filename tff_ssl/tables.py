@@ -122,14 +122,15 @@ class Row:
 
 
 # How a claim compares its rows (`Claim.relation`).
-RELATIONS = ("above", "at_least", "within")
+RELATIONS = ("above", "at_least", "within", "by")
 
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
   """A comparison a paper makes about two of a table's rows, checked on our numbers in every column
   it applies to (`table_report.claim_lines`): `better` is above `base` ("above"), at least it
-  ("at_least"), or within `within` points of it ("within").
+  ("at_least"), within `within` points of it ("within"), or above it by at least `by` points ("by":
+  a magnitude the paper states, "+1.58 to +5.52").
 
   source: where the paper makes it: its table, or the sentence quoted.
   columns: the columns it is checked in (empty: every column where both rows have a cell; a row
@@ -145,6 +146,7 @@ class Claim:
   source: str
   relation: str = "above"
   within: float = 0.0
+  by: float = 0.0
   columns: tuple[str, ...] = ()
   evaluations: tuple[str, ...] = ()
   label: str = ""
@@ -157,6 +159,9 @@ class Claim:
     if (self.relation == "within") != (self.within > 0):
       raise ValueError(f"claim {self.better} vs {self.base}: 'within' needs within > 0 points, and "
                        f"only 'within' takes it")
+    if (self.relation == "by") != (self.by > 0):
+      raise ValueError(f"claim {self.better} vs {self.base}: 'by' needs by > 0 points, and only "
+                       f"'by' takes it")
     if not self.source:
       raise ValueError(f"claim {self.better} vs {self.base}: name its source in the paper")
     if self.source.startswith("not the paper's") != self.own:
