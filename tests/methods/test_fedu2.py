@@ -1,7 +1,7 @@
 """FedU²'s EUA (tff_ssl/methods/fedu2.py): the min-norm weights against an exact solution found
 independently (every face of the simplex, its equality-constrained minimum, the least among the
 feasible ones); the aggregate of hand-made updates; and a round whose server steps along EUA's
-direction of the clients' own updates, the same grouped as client by client. FUR's loss:
+direction of the clients' own updates, each report a client's own update. FUR's loss:
 tests/losses/test_uniformity.py; both from bin/train: tests/methods/test_contract.py."""
 
 import itertools
@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tests.federated.test_round_anatomy import AUGMENT, SGD, SHAPE, clients_of, resnet
 from tff_ssl import experiment
-from tff_ssl.federated import client_state
+from tff_ssl.federated import client_state, client_work, common
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.federated import masks
@@ -75,23 +75,26 @@ def test_a_round_steps_along_the_unified_update_of_the_clients_own_updates():
   mask = masks.TensorMask.of_model(model)
   size = sum(int(np.prod(s.shape)) for s in model.weight_specs)
   ids = [0, 1, 2]
-  out = []
-  for simulation in (Simulation(mode="reference"), Simulation(group_size=2)):
-    process = fedavg.FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=simulation, mask=mask,
-                                      stages=(fedu2.UnifiedAggregation(size),))
-    state = process.initialize()
-    update = process.compute_update(state, clients_of(ids), client_ids=ids)
-    reports = update["reports"]["fedu2_eua"]
-    new, metrics = process.next(state, clients_of(ids), client_ids=ids,
-                                store=client_state.MemoryClientStateStore())
-    out.append((reports, new.weights))
-    want, lam = fedu2.unified_update(reports["update"], reports["examples"])
-    step = np.concatenate([(a - b).ravel() for a, b in zip(state.weights, new.weights)])
-    # Server SGD at rate 1 (momentum starts at 0): the weights moved by exactly EUA's update.
-    np.testing.assert_allclose(step, want, atol=2e-6)
-    assert metrics["aggregation"]["fedu2_eua_max_weight"] == pytest.approx(lam.max(), abs=1e-6)
-    assert reports["examples"].tolist() == [4.0, 4.0, 4.0] and reports["update"].shape == (3, size)
-  np.testing.assert_allclose(out[0][0]["update"], out[1][0]["update"], rtol=1e-4, atol=1e-6)
+  # Grouped (the default): the reports come from the slots' clients one by one. bin/train runs it
+  # too (tests/methods/test_contract.py).
+  process = fedavg.FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(group_size=2),
+                                    mask=mask, stages=(fedu2.UnifiedAggregation(size),))
+  state = process.initialize()
+  reports = process.compute_update(state, clients_of(ids), client_ids=ids)["reports"]["fedu2_eua"]
+  new, metrics = process.next(state, clients_of(ids), client_ids=ids,
+                              store=client_state.MemoryClientStateStore())
+  want, lam = fedu2.unified_update(reports["update"], reports["examples"])
+  step = np.concatenate([(a - b).ravel() for a, b in zip(state.weights, new.weights)])
+  # Server SGD at rate 1 (momentum starts at 0): the weights moved by exactly EUA's update.
+  np.testing.assert_allclose(step, want, atol=2e-6)
+  assert metrics["aggregation"]["fedu2_eua_max_weight"] == pytest.approx(lam.max(), abs=1e-6)
+  assert reports["examples"].tolist() == [4.0, 4.0, 4.0] and reports["update"].shape == (3, size)
+  # Each report is that client's own update: client 1's local training alone.
+  alone = client_work.local_training(model, config, [tf.constant(w) for w in state.weights],
+                                     common.round_seed(config.seed, 0), clients_of([1])[0])[0]
+  np.testing.assert_allclose(reports["update"][1],
+                             np.concatenate([d.numpy().ravel() for d in alone]), rtol=1e-4,
+                             atol=1e-6)
 
 
 def test_eua_is_refused_where_a_method_cannot_add_it():

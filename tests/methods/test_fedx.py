@@ -1,19 +1,18 @@
 """FedX as a client add-on (tff_ssl/methods/fedx.py): `--fedx` gives a SimCLR model a predictor and
 its clients the term; the term's loss is FedX's three terms (checked against the NumPy equations of
 tests/losses/test_relational.py) of the right outputs: local predictions against the round's
-global model, never against where a stateful client started; a round runs the same grouped as
-client by client. The run-level contract (bin/train, kill and resume): tests/methods/test_contract.py."""
+global model, never against where a stateful client started. The run-level contract (bin/train on
+FedSimCLR, grouped, kill and resume): tests/methods/test_contract.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.federated.test_round_anatomy import AUGMENT, SGD, SHAPE, clients_of
+from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of
 from tests.losses.test_relational import _nt_xent, _relational
 from tff_ssl import experiment
-from tff_ssl.federated import client_state, client_work, common, ssl_model
+from tff_ssl.federated import client_work, common, ssl_model
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.federated.grouping import Simulation
 from tff_ssl.methods import fedavg, fedx
 
 SMALL = dict(encoder="resnet8", width=0.25, projector=(16, 8), predictor=(16, 8))
@@ -80,21 +79,3 @@ def test_the_global_terms_read_the_broadcast_model_not_the_clients_start():
   given = float(term.loss(_step(model, own, current, glob), None)[0])
   assert given == float(term.loss(_step(model, glob, current, None), None)[0])
   assert abs(given - float(term.loss(_step(model, own, current, None), None)[0])) > 1e-2
-
-
-def test_a_round_is_the_same_grouped_as_client_by_client():
-  """With SimCLR's gained predictor (FedX on a stateful method: the contract's FedEMA run)."""
-  cfg = config(local_steps=2, client_learning_rate=0.05, **SMALL)
-  model = model_of(cfg)
-  client, _, _ = fedavg.process_config(cfg)
-  client = client.__class__(**{**client.__dict__, "augment": AUGMENT})
-  ids = [0, 1, 2]
-  out = []
-  for simulation in (Simulation(mode="reference"), Simulation(group_size=2)):
-    process = fedavg.FedAvgSSLProcess(model, SHAPE, SGD, client, simulation=simulation)
-    state, metrics = process.next(process.initialize(), clients_of(ids), client_ids=ids,
-                                  store=client_state.MemoryClientStateStore())
-    out.append((state.weights, metrics["loss"]))
-  for a, b in zip(out[0][0], out[1][0]):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(out[0][1], out[1][1], rtol=1e-5)
