@@ -28,3 +28,21 @@ def test_fedx_setting_rows_claims_and_seeds(scale):
   todo, skipped = reproduce.cells(table)
   assert not skipped and len(todo) == 6 * len(table.columns) * 3
   assert table.seeds == (0, 1, 2) and table.tie == 1.0
+
+
+def test_the_regime_table_checks_both_papers_claims_at_three_seeds():
+  """FedX's and FedU²'s rows in the mini regime (tasks/fedx_fedu2_regime.py): each paper's rows in its
+  own non-IID split and IID, every claim of each at three seeds, the same pilot budget for every row."""
+  table = tasks.get_table("fedx_fedu2_regime", "mini")
+  assert {c.key: c.alpha for c in table.columns} == {"dir05": 0.5, "dir01": 0.1, "iid": 1000.0}
+  c = table.cell_config(table.row("fedu2"), table.column("dir01"))
+  assert (c.fedu2_fur, c.fedu2_eua, c.dataset, c.num_clients) == (True, True,
+                                                                  "fashion_mnist_shifted", 10)
+  assert {len(r.learning_rates) for r in table.rows} == {3}  # Equal pilots.
+  fedx = [cl for cl in table.claims if cl.better.endswith("_fedx")]
+  fedu2 = [cl for cl in table.claims if not cl.better.endswith("_fedx")]
+  assert len(fedx) == 6 and {cl.columns for cl in fedx} == {("dir05", "iid")}
+  assert len(fedu2) == 7 and {cl.columns for cl in fedu2} == {("dir01", "iid")}
+  todo, _ = reproduce.cells(table)
+  own = [cell for cell in todo if cell.seed is None]
+  assert len(todo) == len(own) + 2 * len(table.claim_cells())
