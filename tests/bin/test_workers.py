@@ -175,9 +175,11 @@ def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
 
 
 def tiny_grid():
-  """Two federated cells: DCCO and CCO + FedAvg, in one column."""
+  """Two federated cells: DCCO and CCO + FedAvg, in one column, under one evaluation (the linear
+  probe at 10%: one baseline pair and one probe a cell; the others add time, not coverage)."""
   table = tiny_table()
-  return dataclasses.replace(table, rows=table.rows[:2], columns=table.columns[1:], curve_every=100)
+  return dataclasses.replace(table, rows=table.rows[:2], columns=table.columns[1:], curve_every=100,
+                             evaluations=table.evaluations[:1])
 
 
 REPRODUCE_TINY = textwrap.dedent("""
