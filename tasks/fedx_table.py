@@ -6,9 +6,10 @@ Rows: FedSimCLR (`fedavg`, SimCLR at the code's temperature 0.1), FedBYOL, FedU 
 public code's), each ± FedX (its terms at tau = 0.1, weights 1; a SimCLR model gains FedX's predictor,
 256 -> 256). Every row at training seeds 0, 1, 2; the claims are checked by the verdict rule
 (`tff_ssl.verdicts`) with a tie margin of 1 point. Evaluations: the tuned probe at 10% of the labels
-and two label seeds (the main probe and the gate's), and FedX's own linear evaluation (a linear
-layer on the frozen 512-d features, Adam at 1e-3, batch 64, every training label; here on
-standardized features), beside which the paper's numbers stand (its "Last" column).
+and two label seeds (the main probe and the gate's), the LARS probe on every label (the runs' curves),
+and FedX's own linear evaluation (a linear layer on the frozen features, Adam at 1e-3, batch 64,
+every training label; here on standardized features), beside which the paper's numbers stand (its
+"Last" column).
 
   paper  FedX's setting (its code's defaults, `main.py`): 10 clients of a Dirichlet(0.5) label split
          of the whole training set, all in every round, 100 rounds of E = 10 local epochs of batch 64
@@ -32,7 +33,8 @@ import dataclasses
 
 from tff_ssl import evaluation
 from tff_ssl.experiment import ExperimentConfig
-from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Column, Evaluation, Row, Table
+from tff_ssl.tables import (LINEAR_AND_KNN_100, TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Column,
+                            Evaluation, Row, Table)
 
 NAME = "fedx"
 TITLE = "FedX: FedSimCLR, FedBYOL and FedU with and without FedX, in FedX's setting"
@@ -62,6 +64,11 @@ SEEDS = (0, 1, 2)
 TIE = 1.0
 TIE_WHY = ("declared before the runs: the largest training-seed spread measured between two runs of "
            "one cell in this project's tables (DCCO non-IID 8: 72.0 vs 73.1), rounded down")
+
+
+# The runs' own probe (their curves): this project's LARS probe on every label, as in the other FedSSL
+# tables; FedX's linear evaluation (Adam) is taken after each run.
+LARS_100 = LINEAR_AND_KNN_100[0]
 
 
 def fedx_linear(epochs: float, num_train: int) -> Evaluation:
@@ -97,7 +104,7 @@ def _table(scale: str, base, columns, linear: Evaluation, curve_every: int, note
            for row, values in PAPER_LAST.items() for i, column in enumerate(columns)}
   return Table(
       name=NAME, scale=scale, title=TITLE, rows=_rows(base), columns=columns,
-      evaluations=TUNED_10_TWO_SEEDS + (linear,), paper=paper, curve_every=curve_every,
+      evaluations=TUNED_10_TWO_SEEDS + (LARS_100, linear), paper=paper, curve_every=curve_every,
       selection_column=columns[0].key, supervised_epochs=0, notes=notes, claims=CLAIMS,
       column_heading="dataset (Dirichlet 0.5, 10 clients)", gate_evaluations=TUNED_GATE,
       seeds=SEEDS, tie=TIE, tie_why=TIE_WHY)

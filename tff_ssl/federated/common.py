@@ -112,6 +112,22 @@ def views(data, seed, augment: AugmentConfig):
                    data["ids"] if isinstance(data, dict) else data.ids)
 
 
+def multiplied(data, m: int):
+  """Augmentation multiplicity: a client's (or a slot's) images, each `m` times in a row, copy j of
+  image i under id i * m + j, so that every copy gets views of its own (`views` keys them by id);
+  a slot's client sizes ("sizes") m times theirs. `m` = 1: `data` itself."""
+  if m == 1:
+    return data
+  field = lambda name: data[name] if isinstance(data, dict) else getattr(data, name)  # noqa: E731
+  images, ids = field("images"), field("ids")
+  copies = tf.tile(tf.range(m, dtype=ids.dtype), [tf.shape(ids)[0]])
+  out = {"images": tf.repeat(images, m, axis=0), "ids": tf.repeat(ids, m) * m + copies}
+  sizes = data.get("sizes") if isinstance(data, dict) else getattr(data, "sizes", None)
+  if sizes is not None:
+    out["sizes"] = sizes * m
+  return out
+
+
 def encode_views(model: FunctionalModel, weights, v1, v2):
   """Projections (F, G) of both views in one forward pass (GroupNorm is per-sample: exact)."""
   return encode_outputs(model, weights, v1, v2)[0]

@@ -101,6 +101,12 @@ DP_STATISTICS_QUANTILE = Field(
     "at the median). Near 1 keeps the statistics clip above the norms: a clipped statistics "
     "vector scales its means and second moments together (docs/privacy_scaling_mini.md).",
     lower=0, upper=1, open_lower=True, open_upper=True)
+DP_AUGMENTATIONS = Field(
+    "dp_augmentations", 1, "DP-DCCO: augmentation multiplicity (De et al., 2022): each client's "
+    "statistics and update are the means over this many view pairs of each of its images, before "
+    "they are clipped (the sensitivity is the clip's, as with one).", lower=1,
+    note="1: one view pair")
+
 DP_STATISTICS_CLIP_RATE = Field(
     "dp_statistics_clip_rate", 0.2, "DP-DCCO with --dp=gaussian_adaptive: the statistics clip's "
     "geometric learning rate (a round moves it by exp(-rate (unclipped fraction - quantile)); "
@@ -130,6 +136,9 @@ class DCCOConfig:
   # DP-DCCO's phase 2: clip each client in a loop even where one vectorized pass could
   # (`batched_clipping`; the reference the tests compare it with).
   clip_loop: bool = False
+  # DP-DCCO's augmentation multiplicity (DP_AUGMENTATIONS): view pairs of each image a client's
+  # records average over.
+  augmentations: int = 1
 
   def __post_init__(self):
     entry = losses.get_statistics(self.ssl)
@@ -159,6 +168,10 @@ class DCCOConfig:
       if not self.denominator > 0:
         raise ValueError(f"DP-DCCO divides its noised sums by a public count of images per round; "
                          f"got denominator {self.denominator}")
+    DP_AUGMENTATIONS.check(self.augmentations)
+    if self.augmentations > 1 and not self.privacy.enabled:
+      raise ValueError(f"--dp_augmentations={self.augmentations} averages each client's DP records "
+                       f"over view pairs; this run has no DP (set --dp, or drop it)")
 
 
   @property
@@ -615,14 +628,19 @@ class DCCOProcess(server_step.ServerLoop):
     summed (one batched pass, `StatisticsLoss.clipped_sum`), as `PrivateRelease.fold` would."""
     model, cfg, specs, release = self.model, self.config, self.model.weight_specs, phase.release
 
+    m = cfg.augmentations
+
     @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.data_type, phase.params_type)
     def client_statistics_sum(weights, seed, data, params):
       weights = common.unflatten_tensors(weights, specs)
+      data = common.multiplied(data, m)
       v1, v2 = common.views(data, seed, cfg.augment)
       f, g = common.encode_views(model, weights, v1, v2)
       segments, count = client_segments(data)
-      sums, norms = cfg.loss.clipped_sum(f, g, segments, count, release.clip_of(params))
-      return release.presummed(list(sums.values()), norms, params)
+      # A client's record is its images' sum over the m copies / m: the m-fold sum clipped to
+      # m C, then / m (min(1, mC / |S|) S / m = min(1, C / |S / m|) S / m).
+      sums, norms = cfg.loss.clipped_sum(f, g, segments, count, m * release.clip_of(params))
+      return release.presummed([v / m for v in sums.values()], norms / m, params)
 
     return client_statistics_sum
 
@@ -632,22 +650,25 @@ class DCCOProcess(server_step.ServerLoop):
     model, specs, release = self.model, self.model.weight_specs, phase.release
     client = client_config(self.config, self.variance_eps)
     batched = batched_clipping(self.config)
+    m = self.config.augmentations
 
     @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.dp_aggregate_type,
                                 self.data_type, phase.params_type)
     def client_update_sum(weights, seed, aggregate, data, params):
       weights = common.unflatten_tensors(weights, specs)
-      if batched:
+      if batched:  # With m copies an image: the m-fold record clipped to m C, then / m.
         record, norms, loss = clipped_records(model, client.terms[0], client.augment,
-                                              client.client_learning_rate, weights, seed, data,
-                                              aggregate, release.clip_of(params))
+                                              client.client_learning_rate, weights, seed,
+                                              common.multiplied(data, m), aggregate,
+                                              m * release.clip_of(params))
         n = tf.cast(tf.size(client_segments(data)[0]), tf.float32)
-        return (release.presummed([record], tf.cast(norms, tf.float32), params), n,
+        return (release.presummed([record / m], tf.cast(norms / m, tf.float32), params), n,
                 tf.cast(loss, tf.float32))
 
       def one_client(images, ids, acc):
-        delta, loss, _ = train_against(model, client, weights, seed,
-                                       {"images": images, "ids": ids}, aggregate)
+        # Its update from the mean loss over the m copies' views: the mean of the m updates.
+        delta, loss, _ = train_against(model, client, weights, seed, common.multiplied(
+            {"images": images, "ids": ids}, m), aggregate)
         n = tf.cast(tf.shape(ids)[0], tf.float32)
         return (release.fold(acc[0], params, [n * common.flatten(delta)]), acc[1] + n,
                 acc[2] + n * loss)
@@ -875,7 +896,8 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
                      seed=config.seed, privacy=private, denominator=denominator,
                      mean_anchor=config.dcco_mean_anchor,
                      variance_anchor=config.dcco_variance_anchor,
-                     refresh_every=config.dcco_refresh_every),
+                     refresh_every=config.dcco_refresh_every,
+                     augmentations=config.dp_augmentations),
           grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 
@@ -889,7 +911,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 METHOD = Method(
     name="dcco", kind="federated",
     fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (
-        DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
+        DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE, DP_AUGMENTATIONS,
+        DCCO_STATISTICS,
         DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,
