@@ -1,6 +1,6 @@
-"""DP-DCCO's augmentation multiplicity (`--dp_augmentations=M`, De et al. 2022): a client's records
-are the means over M view pairs of each of its images, clipped after the mean, so the clip still
-bounds each client's release.
+"""Augmentation multiplicity (`--dp_augmentations=M`, De et al. 2022): a DP client's records are the
+means over M view pairs of each of its images, clipped after the mean, so the clip still bounds each
+client's release (DP-DCCO's statistics and update; DP-FedAvg's update).
 
   * The copies (`common.multiplied`): M copies of each image under ids of their own, so each gets
     views of its own; M = 1 is the data itself.
@@ -10,6 +10,8 @@ bounds each client's release.
   * A DP-DCCO round at M = 2 (noise 0, a clip that shortens some clients): the batched passes give
     the per-client loop's update and clip the same clients.
 """
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from tests.privacy.test_per_client_clipping import (AUGMENT, ETA, HP, SEED, SHAP
 from tests.methods.test_dcco_statistics import functional_model
 from tff_ssl import experiment, losses
 from tff_ssl.federated import common, grouping
-from tff_ssl.methods import dcco
+from tff_ssl.methods import dcco, fedavg
 from tff_ssl.methods.dcco import DCCOConfig
 
 M = 2
@@ -104,8 +106,40 @@ def test_a_dp_dcco_round_with_two_view_pairs_clips_as_the_loop_does():
 
 
 def test_view_pairs_without_dp_are_refused():
-  with pytest.raises(ValueError, match="--dp_augmentations=2 averages each client's DP records"):
+  with pytest.raises(ValueError, match="--dp_augmentations=2 averages each client's DP release"):
     experiment.ExperimentConfig(method="dcco", dp_augmentations=2)
-  with pytest.raises(ValueError, match="dp_augmentations"):
-    experiment.ExperimentConfig(method="fedavg", ssl="simclr").check_fields_for_method(
+  with pytest.raises(ValueError, match="dp_augmentations"):  # FedLAMA reads no DP flag.
+    experiment.ExperimentConfig(method="fedlama", ssl="simclr").check_fields_for_method(
         {"dp_augmentations"})
+
+
+@pytest.mark.parametrize("batch", [0, 4])
+def test_a_dp_fedavg_clients_step_is_the_mean_of_its_view_pairs_steps(batch):
+  """DP-FedAvg's clients (`ClientConfig.view_pairs`, from --dp_augmentations): one SGD step on the
+  mean loss of M view pairs is the mean of the M steps each pair alone would take, full batch and in
+  minibatches."""
+  from tests.federated.test_round_anatomy import AUGMENT as AUG, clients_of, resnet  # pylint: disable=g-import-not-at-top
+  from tff_ssl.federated.client_work import ClientConfig, local_training  # pylint: disable=g-import-not-at-top
+  model = resnet()
+  weights = [tf.constant(w) for w in model.initial_weights]
+  data = clients_of([3], n=4)[0]
+  seed = common.round_seed(5, 0)
+  one = ClientConfig(ssl="simclr", client_learning_rate=0.05, augment=AUG, seed=5,
+                     local_batch_size=batch)
+  flat = lambda delta: np.concatenate([d.numpy().ravel() for d in delta])  # noqa: E731
+  pairs = [flat(local_training(model, one, weights, seed, {"images": data["images"],
+                                                           "ids": data["ids"] * M + j})[0])
+           for j in range(M)]
+  assert not np.allclose(pairs[0], pairs[1])
+  both = flat(local_training(model, dataclasses.replace(one, view_pairs=M), weights, seed, data)[0])
+  np.testing.assert_allclose(both, np.mean(pairs, axis=0), rtol=1e-4, atol=1e-7)
+
+
+def test_dp_fedavg_reads_the_view_pairs_and_refuses_them_where_a_step_reports_one_pair():
+  private = dict(dp="gaussian_fixed", dp_noise_multiplier=0.0, dp_augmentations=2)
+  config = experiment.ExperimentConfig(method="fedavg", ssl="simclr", **private)
+  assert fedavg.process_config(config)[0].view_pairs == 2
+  with pytest.raises(ValueError, match=r"1 with a queue of keys or client terms \(\['fedx'\]\)"):
+    experiment.ExperimentConfig(method="fedavg", ssl="simclr", fedx=True, **private)
+  with pytest.raises(ValueError, match="--dp_augmentations=2 averages each client's DP release"):
+    experiment.ExperimentConfig(method="fedavg", ssl="simclr", dp_augmentations=2)

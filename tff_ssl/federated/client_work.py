@@ -192,6 +192,10 @@ class ClientConfig:
   ssl: an SSL method (`tff_ssl.ssl`), or "" for none: the terms' losses alone (`TERMS_ONLY`).
   step_views: new views at each local step (full batch); False: the round's views at every step
     (DCCO's, whose aggregate statistics are over the round's views).
+  view_pairs: augmentation multiplicity (DP's `--dp_augmentations`): a step's loss is the mean of
+    the losses of this many view pairs of its batch (copy j of image i keyed as id i * M + j), so
+    its gradient is the mean of the pairs' gradients. Not with a queue or client terms (what they
+    carry or report from a step would be one pair's).
   """
 
   ssl: str = "cco"
@@ -210,6 +214,7 @@ class ClientConfig:
   warmup_fraction: float = 0.0
   rounds: int = 1
   step_views: bool = True
+  view_pairs: int = 1
 
   def __post_init__(self):
     self.schedule  # pylint: disable=pointless-statement (checks the schedule's fields)
@@ -228,6 +233,10 @@ class ClientConfig:
       raise ValueError("the round's views at every step (step_views False) are full-batch "
                        "training's; local_batch_size must be 0")
     CLIENT_WEIGHT_DECAY.check(self.client_weight_decay)
+    if self.view_pairs < 1 or (self.view_pairs > 1 and (self.method.queue or self.terms)):
+      raise ValueError(f"view pairs ({self.view_pairs}) must be >= 1, and 1 with a queue of keys "
+                       f"or client terms ({[t.key for t in self.terms]}): what they carry or "
+                       f"report from a step is one view pair's")
     keys = [t.key for t in self.terms]
     if len(set(keys)) != len(keys) or not all(keys) or set(keys) & {"target", "queue"}:
       raise ValueError(f"client terms need distinct keys other than the SSL method's "
@@ -354,6 +363,19 @@ def _next_ssl_state(cfg: ClientConfig, carried: dict, step: Step, new, record: d
   return out
 
 
+def view_pairs(batch, m: int) -> list:
+  """The batch once per view pair (`ClientConfig.view_pairs`): copy j keys image i as i * m + j, so
+  each pair's views are its own; m = 1: the batch itself."""
+  if m == 1:
+    return [batch]
+  images, ids = grouping.field(batch, "images"), grouping.field(batch, "ids")
+  return [{"images": images, "ids": ids * m + j} for j in range(m)]
+
+
+def _mean(values: list):
+  return values[0] if len(values) == 1 else tf.add_n(values) / len(values)
+
+
 def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, carried, round_num,
                          broadcast):
   """E full-batch steps on the client's images (new views at each step)."""
@@ -364,13 +386,16 @@ def _full_batch_training(model, cfg: ClientConfig, weights, seed, data, mask, ca
 
   def loss_of(current, step):
     step_seed = seed if step == 0 else tf.random.experimental.stateless_fold_in(seed, step)
-    v1, v2 = common.views(data, step_seed if cfg.step_views else seed, cfg.augment)
+    losses_ = []
     with step_scope(cfg, step_seed, state[0]):
-      outputs = view_outputs(model, method, current, state[0].get("target"), v1, v2,
-                             state[0].get("queue"), cfg.predictions)
-      state[1] = Step(model, outputs, list(weights), list(current), v1, v2, data, step_seed,
-                      cfg.augment, broadcast)
-      return client_loss(cfg, state[1], state[0], state[2])
+      for pair in view_pairs(data, cfg.view_pairs):
+        v1, v2 = common.views(pair, step_seed if cfg.step_views else seed, cfg.augment)
+        outputs = view_outputs(model, method, current, state[0].get("target"), v1, v2,
+                               state[0].get("queue"), cfg.predictions)
+        state[1] = Step(model, outputs, list(weights), list(current), v1, v2, data, step_seed,
+                        cfg.augment, broadcast)
+        losses_.append(client_loss(cfg, state[1], state[0], state[2]))
+      return _mean(losses_)
 
   def after_step(new):
     state[0] = _next_ssl_state(cfg, state[0], state[1], new, state[2])
@@ -411,17 +436,21 @@ def _minibatch_training(model, cfg: ClientConfig, weights, seed, data, mask, car
       idx = order[b * batch:(b + 1) * batch]
       client = {"images": tf.gather(images, idx), "ids": tf.gather(ids, idx)}
       step_seed = tf.random.experimental.stateless_fold_in(seed, step)
-      v1, v2 = common.views(client, step_seed, cfg.augment)
+      pairs = [common.views(pair, step_seed, cfg.augment)
+               for pair in view_pairs(client, cfg.view_pairs)]
       done, record = [None], {}
 
       def loss_of(trained):
+        losses_ = []
         with step_scope(cfg, step_seed, carried):
           merged = mask.merge(trained, weights)
-          outputs = view_outputs(model, method, merged, carried.get("target"), v1, v2,
-                                 carried.get("queue"), cfg.predictions)
-          done[0] = Step(model, outputs, list(weights), merged, v1, v2,
-                         {"images": images, "ids": ids}, step_seed, cfg.augment, broadcast)
-          return client_loss(cfg, done[0], carried, record)
+          for v1, v2 in pairs:
+            outputs = view_outputs(model, method, merged, carried.get("target"), v1, v2,
+                                   carried.get("queue"), cfg.predictions)
+            done[0] = Step(model, outputs, list(weights), merged, v1, v2,
+                           {"images": images, "ids": ids}, step_seed, cfg.augment, broadcast)
+            losses_.append(client_loss(cfg, done[0], carried, record))
+          return _mean(losses_)
 
       if not schedule.constant:
         opt_state = local_steps.with_learning_rate(opt, opt_state, schedule.rate(

@@ -101,12 +101,6 @@ DP_STATISTICS_QUANTILE = Field(
     "at the median). Near 1 keeps the statistics clip above the norms: a clipped statistics "
     "vector scales its means and second moments together (docs/privacy_scaling_mini.md).",
     lower=0, upper=1, open_lower=True, open_upper=True)
-DP_AUGMENTATIONS = Field(
-    "dp_augmentations", 1, "DP-DCCO: augmentation multiplicity (De et al., 2022): each client's "
-    "statistics and update are the means over this many view pairs of each of its images, before "
-    "they are clipped (the sensitivity is the clip's, as with one).", lower=1,
-    note="1: one view pair")
-
 DP_STATISTICS_CLIP_RATE = Field(
     "dp_statistics_clip_rate", 0.2, "DP-DCCO with --dp=gaussian_adaptive: the statistics clip's "
     "geometric learning rate (a round moves it by exp(-rate (unclipped fraction - quantile)); "
@@ -136,8 +130,8 @@ class DCCOConfig:
   # DP-DCCO's phase 2: clip each client in a loop even where one vectorized pass could
   # (`batched_clipping`; the reference the tests compare it with).
   clip_loop: bool = False
-  # DP-DCCO's augmentation multiplicity (DP_AUGMENTATIONS): view pairs of each image a client's
-  # records average over.
+  # DP-DCCO's augmentation multiplicity (`--dp_augmentations`): view pairs of each image a
+  # client's records average over.
   augmentations: int = 1
 
   def __post_init__(self):
@@ -168,10 +162,8 @@ class DCCOConfig:
       if not self.denominator > 0:
         raise ValueError(f"DP-DCCO divides its noised sums by a public count of images per round; "
                          f"got denominator {self.denominator}")
-    DP_AUGMENTATIONS.check(self.augmentations)
-    if self.augmentations > 1 and not self.privacy.enabled:
-      raise ValueError(f"--dp_augmentations={self.augmentations} averages each client's DP records "
-                       f"over view pairs; this run has no DP (set --dp, or drop it)")
+    if self.augmentations < 1 or (self.augmentations > 1 and not self.privacy.enabled):
+      raise ValueError(f"DP-DCCO's view pairs must be 1, or more with DP; got {self.augmentations}")
 
 
   @property
@@ -897,7 +889,7 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
                      mean_anchor=config.dcco_mean_anchor,
                      variance_anchor=config.dcco_variance_anchor,
                      refresh_every=config.dcco_refresh_every,
-                     augmentations=config.dp_augmentations),
+                     augmentations=privacy_lib.view_pairs(config, private)),
           grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 
@@ -911,8 +903,7 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 METHOD = Method(
     name="dcco", kind="federated",
     fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (
-        DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE, DP_AUGMENTATIONS,
-        DCCO_STATISTICS,
+        DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
         DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build,

@@ -228,7 +228,8 @@ class FedAvgSSLProcess(server_step.ServerLoop):
                                         self.parts)
     batched = (self.simulation.batch_one_step and cfg.local_steps == 1 and
                not cfg.local_batch_size and not factory.needs_client_updates and
-               not parts.any and not cfg.terms and cfg.head_norm == "group")
+               not parts.any and not cfg.terms and cfg.head_norm == "group" and
+               cfg.view_pairs == 1)
     specs = self.trained_specs
 
     def looped(weights, seed, data, round_num, extra):
@@ -395,7 +396,8 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
       client_weight_decay=config.client_weight_decay, local_steps=config.local_steps,
       local_batch_size=config.local_batch_size, local_unit=config.local_unit, augment=config.augment_config(), seed=config.seed,
       head_norm=config.head_norm, lr_schedule=config.client_lr_schedule,
-      warmup_fraction=config.warmup_fraction, rounds=config.rounds).with_terms(
+      warmup_fraction=config.warmup_fraction, rounds=config.rounds,
+      view_pairs=privacy.view_pairs(config, private)).with_terms(
           *addons.terms(config))  # The client add-ons the config turns on (--fedx).
   return client, aggregator, grouping.Simulation(mode=config.simulation,
                                                  group_size=config.group_size)

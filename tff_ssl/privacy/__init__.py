@@ -81,8 +81,13 @@ SECURE_AGGREGATION = Field("secure_aggregation", False, "Sum the round's release
 COMPRESSION = Field("compression", "none", "Quantize each client's update with TFF's encoded sum "
                     "(uniform quantization of tensors above 20,000 entries); "
                     "--simulation=reference.", choices=tuple(COMPRESSIONS))
+DP_AUGMENTATIONS = Field(
+    "dp_augmentations", 1, "DP: augmentation multiplicity (De et al., 2022): each client's "
+    "update (and DP-DCCO's statistics) is the mean over this many view pairs of each of its "
+    "images, before it is clipped (the sensitivity is the clip's, as with one).", lower=1,
+    note="1: one view pair")
 FIELDS = (DP, DP_NOISE_MULTIPLIER, DP_CLIP, DP_TARGET_EPSILON, DP_NOISE_COHORT, DP_ACCOUNTANT,
-          DP_RELATION, SECURE_AGGREGATION, COMPRESSION)
+          DP_RELATION, DP_AUGMENTATIONS, SECURE_AGGREGATION, COMPRESSION)
 FIELD_NAMES = tuple(f.name for f in FIELDS)
 
 
@@ -306,6 +311,16 @@ def from_config(config, releases: int = 1, statistics_clip: float = 1.0,
       noise_cohort=getattr(config, "dp_noise_cohort", 0), releases=releases, seed=config.seed,
       accountant=getattr(config, "dp_accountant", "rdp"),
       relation=getattr(config, "dp_relation", "auto"))
+
+
+def view_pairs(config, private: PrivacyConfig) -> int:
+  """The view pairs a client's DP release averages over (`--dp_augmentations`); ValueError where
+  they are asked for without DP."""
+  m = getattr(config, "dp_augmentations", 1)
+  if m > 1 and not private.enabled:
+    raise ValueError(f"--dp_augmentations={m} averages each client's DP release over view pairs; "
+                     f"this run has no DP (set --dp, or drop it)")
+  return m
 
 
 def conventions(configs) -> str:
