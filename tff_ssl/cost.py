@@ -203,9 +203,11 @@ def local_step(model, mask, fedavg_config, images: np.ndarray, keep=None):
       current = mask.merge(trained, list(weights))
       outputs = client_work.view_outputs(
           model, method, current, None, v1, v2,
-          client_work.initial_ssl_state(model, fedavg_config).get("queue"))
-      loss = client_work.client_loss(
-          fedavg_config, client_work.Step(model, outputs, list(weights), current, v1, v2))
+          client_work.initial_ssl_state(model, fedavg_config).get("queue"),
+          fedavg_config.predictions)
+      loss = client_work.client_loss(fedavg_config, client_work.Step(
+          model, outputs, list(weights), current, v1, v2, {"images": images, "ids": ids}, seed,
+          fedavg_config.augment))
     return loss, tape.gradient(loss, trained)
 
   specs = ([tf.TensorSpec(s.shape, s.dtype) for s in model.weight_specs],

@@ -57,7 +57,9 @@ class Cell:
 
   @property
   def training_seed(self) -> int:
-    return self.row.config.seed if self.seed is None else self.seed
+    if self.seed is not None:
+      return self.seed
+    return (self.column.apply(self.row.config) if self.column is not None else self.row.config).seed
 
 
 def cells(table: Table) -> tuple[list[Cell], dict[tuple[str, str], str]]:

@@ -305,18 +305,18 @@ def claim_lines(table: Table, records, g: Gate, seeds=None) -> list[str]:
 
 
 def seed_accuracies(table: Table, todo, results) -> dict:
-  """{(evaluation, row, column): {training seed: accuracy}} of every pretrained cell at every seed
-  it ran at (`Table.seeds_of`; a failed or unfinished run has no entry), column "" for a row
+  """{(evaluation, row, column): {training seed: accuracy, or FAILED}} of every pretrained cell at
+  every seed it ran at (`Table.seeds_of`; an unfinished run has no entry), column "" for a row
   without columns."""
   out: dict = {}
   for cell in todo:
     result = results.get(cell.path)
-    if cell.row.supervised or result is None or "failed" in result:
+    if cell.row.supervised or result is None:
       continue
     column = cell.column.key if cell.column is not None else ""
     for e in table.evaluations:
-      if table.in_run_main and e.key == table.evaluations[0].key or e.key in result.get(
-          "evaluations", {}):
+      if ("failed" in result or table.in_run_main and e.key == table.evaluations[0].key
+          or e.key in result.get("evaluations", {})):
         out.setdefault((e.key, cell.row.key, column), {})[cell.training_seed] = cell_accuracy(
             table, result, e.key)
   return out
@@ -342,6 +342,13 @@ def seeded_compare(table: Table, records, g: Gate, seeds, claim, column: str, la
   if failing:
     row, col = failing[0]
     return f"{text} — {UNTESTED} ({row}: {g.why_not(row, col, keys)})"
+  for r, c in cells:  # Every seed of both rows, or no verdict: a lost seed would bias the rest.
+    for s in table.seeds_of(table.row(r), c):
+      got = [seeds.get((k, r, c), {}).get(s) for k in keys]
+      if FAILED in got:
+        return f"{text} — untested: {_cell_name(table, r, c)} failed at training seed {s}"
+      if None in got:
+        return f"{text} — untested: {_cell_name(table, r, c)} at training seed {s} not run yet"
   both = [{(s, k): acc for k in keys for s, acc in seeds.get((k, r, c), {}).items()}
           for r, c in cells]
   verdict, iv, why = verdicts.check(both[0], both[1], claim.relation, table.tie,

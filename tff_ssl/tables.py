@@ -263,7 +263,8 @@ class Table:
   tie_why: str = ""
 
   def __post_init__(self):
-    if self.seeds and (len(set(self.seeds)) < 2 or min(self.seeds) < 0):
+    if self.seeds and (len(set(self.seeds)) != len(self.seeds) or len(self.seeds) < 2 or
+                       min(self.seeds) < 0):
       raise ValueError(f"table {self.name}: seeds must be >= 2 distinct training seeds >= 0; got "
                        f"{self.seeds}")
     if self.seeds and (self.tie < 0 or not self.tie_why):
@@ -371,10 +372,15 @@ class Table:
             out.add((key, column if row.federated else ""))
     return out
 
+  def own_seed(self, row: Row, column: str) -> int:
+    """The training seed of `row`'s own cell in `column` ("" for none): its config's, as the column
+    leaves it."""
+    return (self.column(column).apply(row.config) if column else row.config).seed
+
   def seeds_of(self, row: Row, column: str) -> tuple[int, ...]:
     """The training seeds the cell of `row` in `column` runs at: its own seed, then the table's
     others where a claim compares the cell."""
-    own = row.config.seed
+    own = self.own_seed(row, column)
     if not self.seeds or (row.key, column) not in self.claim_cells():
       return (own,)
     return (own,) + tuple(s for s in self.seeds if s != own)

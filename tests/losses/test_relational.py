@@ -80,3 +80,11 @@ def test_bad_temperature_is_refused():
   u = tf.ones([2, 3])
   with pytest.raises(ValueError, match="temperatures must be > 0"):
     relational.relational_loss(u, u, u, 0.0)
+
+
+def test_a_sharp_temperature_stays_finite_where_the_softmax_underflows():
+  u1, u2, a = _batch(3, (4, 6), (4, 6), (9, 6))
+  got = relational.relational_loss(tf.constant(u1, tf.float32), tf.constant(u2, tf.float32),
+                                   tf.constant(a, tf.float32), 0.01)
+  # exp(-200) underflows float32 (not float64, the reference): log m stays finite all the same.
+  np.testing.assert_allclose(float(got), _relational(u1, u2, a, 0.01, 0.01), rtol=1e-3)

@@ -101,3 +101,11 @@ def test_eua_is_refused_where_a_method_cannot_add_it():
   with pytest.raises(ValueError, match="fedu2_eua"):
     experiment.ExperimentConfig(method="fedlama", ssl="simclr").check_fields_for_method(
         {"fedu2_eua"})
+
+
+def test_eua_refuses_a_strategy_or_compression_it_would_ignore():
+  with pytest.raises(ValueError, match="--aggregator=ldawa would have no effect"):
+    experiment.ExperimentConfig(method="fedavg", ssl="simclr", fedu2_eua=True, aggregator="ldawa")
+  with pytest.raises(ValueError, match="--compression=quantize8 would have no effect"):
+    experiment.ExperimentConfig(method="fedavg", ssl="simclr", fedu2_eua=True,
+                                compression="quantize8", simulation="reference")

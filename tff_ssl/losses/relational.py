@@ -44,8 +44,11 @@ def relational_loss(u1: tf.Tensor, u2: tf.Tensor, anchors: tf.Tensor,
   a = tf.math.l2_normalize(anchors, axis=1)
   s1 = tf.matmul(tf.math.l2_normalize(u1, axis=1), a, transpose_b=True)
   s2 = tf.matmul(tf.math.l2_normalize(u2, axis=1), a, transpose_b=True)
-  m = 0.5 * (tf.nn.softmax(s1 / target_temperature) + tf.nn.softmax(s2 / target_temperature))
-  log_m = tf.math.log(m)
+  # log m from the log-softmaxes (a softmax that underflows would make log m -inf and m log m NaN).
+  log_m = tf.reduce_logsumexp(tf.stack([tf.nn.log_softmax(s1 / target_temperature),
+                                        tf.nn.log_softmax(s2 / target_temperature)]), 0)
+  log_m -= tf.math.log(tf.constant(2.0, log_m.dtype))
+  m = tf.exp(log_m)
   kl1 = tf.reduce_sum(m * (log_m - tf.nn.log_softmax(s1 / temperature)), axis=1)
   kl2 = tf.reduce_sum(m * (log_m - tf.nn.log_softmax(s2 / temperature)), axis=1)
   return tf.reduce_mean(0.5 * (kl1 + kl2))

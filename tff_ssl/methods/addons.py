@@ -25,6 +25,13 @@ FIELDS: tuple[Field, ...] = tuple(f for a in ADDONS for f in a.FIELDS)
 SERVER_FIELDS: tuple[Field, ...] = tuple(f for a in ADDONS for f in getattr(a, "SERVER_FIELDS", ()))
 
 
+def validate(config) -> None:
+  """Each add-on's rules between its flags and the method's (`validate(config)` where it has one)."""
+  for a in ADDONS:
+    if hasattr(a, "validate"):
+      a.validate(config)
+
+
 def terms(config) -> tuple:
   """The client terms of the add-ons `config` turns on, in `ADDONS` order."""
   return tuple(t for a in ADDONS for t in a.terms(config))

@@ -380,6 +380,7 @@ FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + privacy.FIELDS + (client_work.L
 def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
                                     grouping.Simulation]:
   """The FedAvg process's typed configs of an `ExperimentConfig` (building them validates them)."""
+  addons.validate(config)
   private = privacy.from_config(config)
   privacy.check_simulation(private, config.simulation)
   aggregator = aggregators.AggregatorConfig(

@@ -133,7 +133,8 @@ class UpdateReport(ClientTerm):
   def report(self, carried, upload):
     del carried
     return collections.OrderedDict(
-        update=tf.concat([tf.reshape(u, [-1]) for u in upload.update], axis=0),
+        update=tf.cast(tf.concat([tf.reshape(u, [-1]) for u in upload.update], axis=0),
+                       tf.float32),
         examples=tf.cast(upload.num_examples, tf.float32))
 
 
@@ -158,6 +159,16 @@ class UnifiedAggregation(ServerStage):
     new = [p.reshape(s) for p, s in zip(pieces, shapes)]
     return new, part, {"fedu2_eua_max_weight": np.float32(lam.max()),
                        "fedu2_eua_norm": np.float32(np.linalg.norm(flat))}
+
+
+def validate(config) -> None:
+  """EUA replaces the aggregate: an aggregation strategy or compression beside it would be ignored."""
+  if config.fedu2_eua:
+    for flag, value, default in (("aggregator", config.aggregator, "fedavg"),
+                                 ("compression", config.compression, "none")):
+      if value != default:
+        raise ValueError(f"--fedu2_eua combines the clients' own updates in place of the "
+                         f"aggregate, so --{flag}={value} would have no effect: drop one of the two")
 
 
 def stages(config, model, mask: masks.TensorMask) -> tuple[ServerStage, ...]:

@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import augment as augmented
-from tff_ssl.federated import grouping
+from tff_ssl.federated import common, grouping
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.losses import relational
 
@@ -71,8 +71,9 @@ class FedXTerm(ClientTerm):
     out = step.outputs
     anchors = anchor_batch(step.data, step.seed, tf.shape(step.v1)[0], step.augment)
     z_anchors = step.model(list(step.current), anchors, training=True)[0]
-    global_out = step.model(list(step.global_weights), tf.concat([step.v2, anchors], 0),
-                            training=True)[0]
+    with common.batch_segments(2):  # Batch-statistics heads: view 2 and the anchors apart.
+      global_out = step.model(list(step.global_weights), tf.concat([step.v2, anchors], 0),
+                              training=True)[0]
     global_z2, global_anchors = tf.split(global_out, [tf.shape(step.v2)[0], -1])
     terms = relational.fedx_terms(out.z1, out.z2, out.p1, out.p2, z_anchors, global_z2,
                                   global_anchors, self.temperature)
