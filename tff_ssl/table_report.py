@@ -563,7 +563,8 @@ def _claims_section(table: Table, records, g: Gate, seeds=None) -> str:
   if table.seeds:
     rule = (f"Every comparison the paper makes about these rows, checked in every column it "
             f"applies to at training seeds {', '.join(map(str, table.seeds))}: "
-            f"{verdicts.METHOD}, in points. Tie margin {table.tie:g} points: "
+            f"{verdicts.METHOD}, in points. Tie margin {table.tie:g} "
+            f"point{'' if table.tie == 1 else 's'}: "
             f"{table.tie_why}. Holds: the interval above +{table.tie:g}; fails: below "
             f"-{table.tie:g}; tie: inside; inconclusive: across a bound; untested: a row below "
             f"the gate (its own seed's cell) or under {verdicts.MIN_SEEDS} seeds.\n\n")
