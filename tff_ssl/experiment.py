@@ -220,7 +220,9 @@ class _ExperimentConfig:
     """Raises ValueError if a field in `fields_set` is one `self.method` (with `self.ssl`) does not
     read, or if a DP run states no noise (`privacy.check_noise_stated`)."""
     method = self.method_entry
-    own = method.reads(self)
+    # The predictor's sizes are read wherever the model has one: its SSL method's, or the one a
+    # client add-on gives it (FedX on SimCLR).
+    own = method.reads(self) + (("predictor",) if self.has_predictor else ())
     stray = sorted(f for f in fields_set if f in method_specific_fields() and f not in own)
     if stray and method.no_privacy and stray[0] in privacy_lib.FIELD_NAMES:
       raise ValueError(f"--{stray[0]} is refused by method {self.method!r}: {method.no_privacy}")

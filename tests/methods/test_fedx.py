@@ -79,3 +79,10 @@ def test_the_global_terms_read_the_broadcast_model_not_the_clients_start():
   given = float(term.loss(_step(model, own, current, glob), None)[0])
   assert given == float(term.loss(_step(model, glob, current, None), None)[0])
   assert abs(given - float(term.loss(_step(model, own, current, None), None)[0])) > 1e-2
+
+
+def test_predictor_sizes_are_read_where_the_model_has_a_predictor():
+  config(fedx=True).check_fields_for_method({"predictor"})  # FedX's head on SimCLR.
+  with pytest.raises(ValueError, match="--predictor is not used by method 'fedavg' with "
+                                       "--ssl=simclr"):
+    config(fedx=False).check_fields_for_method({"predictor"})

@@ -39,9 +39,7 @@ FEDX = Field("fedx", False, "FedAvg-style methods (FedSimCLR: --method=fedavg --
              "terms to the clients' loss.")
 TEMPERATURE = Field("fedx_temperature", relational.DEFAULT_TEMPERATURE, "FedX: the temperature of "
                     "its contrastive and relational terms.", lower=0, open_lower=True)
-# "predictor": the head a SimCLR model gains is sized by --predictor (read, as by BYOL, where the
-# model has one).
-FIELDS = (FEDX, TEMPERATURE, "predictor")
+FIELDS = (FEDX, TEMPERATURE)  # --predictor sizes the head a SimCLR model gains (`has_predictor`).
 
 ANCHOR_SALT = 0x0FED  # Folded into the step's seed: the anchors' draw and views, apart from the step's.
 
