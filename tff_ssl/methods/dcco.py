@@ -54,7 +54,7 @@ from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.privacy import PrivacyConfig
 from tff_ssl.privacy.release import PrivateRelease, dp_event
-from tff_ssl.federated import client_work, common, grouping
+from tff_ssl.federated import client_work, common, composer, grouping
 from tff_ssl.federated import local_steps
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
@@ -402,26 +402,6 @@ def client_segments(data):
   return tf.repeat(tf.range(count), sizes), count
 
 
-class _WeightedPhase:
-  """One of a round's two sums as TFF's weighted mean with secure or compressed sums (no DP)."""
-
-  private = False
-
-  def __init__(self, factory, value_type):
-    self.process = factory.create(value_type, tff.TensorType(np.float32))
-
-  def initialize(self):
-    return self.process.initialize()
-
-  def params(self, state):
-    del state
-    return tff.federated_value(np.float32(0.0), tff.SERVER)
-
-  def next(self, state, values, weights):
-    out = self.process.next(state, values, weights)
-    return out.result, out.state
-
-
 class DCCOProcess(server_step.ServerLoop):
   """DCCO rounds over a `FunctionalModel` (encoder + projector).
 
@@ -468,16 +448,16 @@ class DCCOProcess(server_step.ServerLoop):
         collections.OrderedDict)
     self.client_statistics = self._client_statistics()
     self.client_update = self._client_update()
-    self._round_computations()
-    if config.privacy.any:
-      if split_phases:
-        raise ValueError("DCCO with --dp, --secure_aggregation or --compression carries its "
-                         "aggregators' state through both phases of one computation; it does not "
-                         "run across --workers yet")
-      if config.privacy.enabled:
-        self._build_dp()
-      else:
-        self._build_weighted()
+    if config.privacy.any and split_phases:
+      raise ValueError("DCCO with --dp, --secure_aggregation or --compression carries its "
+                       "aggregators' state through both phases of one computation; it does not "
+                       "run across --workers yet")
+    self.variance_eps = config.loss.eps
+    self.round = self._compose()
+    if config.privacy.any:  # The aggregators' state (`ServerState.aggregator_state`).
+      self.private_round, self._aggregator = self.round.computation(), self.round
+    else:
+      self._round_computations()
 
   def _weight_of(self, data):
     return tf.cast(common.num_examples(data), self.dtype)
@@ -534,59 +514,73 @@ class DCCOProcess(server_step.ServerLoop):
 
     return client_update
 
-  def _round_types(self):
-    """A round's arguments: the weights and the round's seed at SERVER, the data at CLIENTS."""
-    return (tff.FederatedType(self.w_type, tff.SERVER),
-            tff.FederatedType(common.SEED_TYPE, tff.SERVER),
-            tff.FederatedType(self.data_type, tff.CLIENTS))
+  def _compose(self) -> composer.Round:
+    """The round's phases (statistics, then updates) through the composer: a weighted mean of
+    each, TFF's secure or compressed weighted means, or two private releases."""
+    w_type, specs, cfg = self.w_type, self.model.weight_specs, self.config
+    arguments = [("weights", tff.FederatedType(w_type, tff.SERVER)),
+                 ("seed", tff.FederatedType(common.SEED_TYPE, tff.SERVER)),
+                 ("data", tff.FederatedType(self.data_type, tff.CLIENTS))]
+    if cfg.privacy.enabled:
+      return composer.Round(arguments, self._private_phases(), ("update", "loss", "diagnostics"))
+    release = cfg.stale  # The update phase also releases this round's statistics (the next's).
+    stats_agg, update_agg, value = composer.Mean(), composer.Mean(), lambda out: out[0]
+    if cfg.privacy.any:  # TFF's secure or compressed weighted means (no DP).
+      if cfg.privacy.secure_aggregation:
+        stats_factory = update_factory = tff.learning.secure_aggregator(
+            zeroing=False, clipping=False, weighted=True)
+      else:
+        stats_factory = tff.aggregators.MeanFactory()
+        update_factory = tff.aggregators.MeanFactory(
+            value_sum_factory=cfg.privacy.record_sum_factory(0.0))
+      # The statistics as the clients return them (an OrderedDict: TFF's factories tf.nest them);
+      # the flat update as a one-element struct.
+      f32 = tff.TensorType(np.float32)
+      stats_agg = composer.Factory(stats_factory.create(
+          self.client_statistics.type_signature.result[0], f32))
+      update_agg = composer.Factory(update_factory.create(
+          tff.StructWithPythonType([w_type], list), f32))
+      one_tuple = tff.tensorflow.computation(w_type)(lambda x: [x])
+      value = lambda out: tff.federated_map(one_tuple, out[0])  # noqa: E731
 
-  def _round_computations(self):
-    """`aggregate_statistics`, `aggregate_updates` and `run_round` (the class docstring)."""
-    client_statistics, client_update = self.client_statistics, self.client_update
-    release = self.config.stale
-    weights_type, seed_type, data_type = self._round_types()
+    def statistics(agg, out, names):
+      del names
+      return collections.OrderedDict(aggregate=_with_count(agg.result, out[1]))
 
-    def phase_two(weights_at_clients, seed_at_clients, aggregate, data):
-      out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
-                                              tff.federated_broadcast(aggregate), data))
-      result = collections.OrderedDict(update=tff.federated_mean(out[0], weight=out[1]),
-                                       loss=tff.federated_mean(out[2], weight=out[1]))
+    def update(agg, out, names):
+      del names
+      result = collections.OrderedDict(
+          update=agg.result[0] if cfg.privacy.any else agg.result,
+          loss=tff.federated_mean(out[2], weight=out[1]))
       if release:  # This round's statistics, for the next round.
-        result["next"] = _mean_and_count(out[3], out[1])
+        result["next"] = _with_count(tff.federated_mean(out[3], weight=out[1]), out[1])
       return result
 
-    @tff.federated_computation(weights_type, seed_type, data_type)
-    def aggregate_statistics(weights, seed, data):
-      out = tff.federated_map(client_statistics, (tff.federated_broadcast(weights),
-                                                  tff.federated_broadcast(seed), data))
-      return _mean_and_count(out[0], out[1])
+    outputs = ("update", "loss") + (("next",) if release else ())
+    return composer.Round(arguments, [
+        composer.Phase("statistics", self.client_statistics, ("weights", "seed", "data"),
+                       stats_agg, ("aggregate",), statistics),
+        composer.Phase("update", self.client_update, ("weights", "seed", "aggregate", "data"),
+                       update_agg, outputs, update, value=value)], outputs)
 
-    @tff.federated_computation(weights_type, seed_type,
-                               tff.FederatedType(self.aggregate_type, tff.SERVER), data_type)
-    def aggregate_updates(weights, seed, aggregate, data):
-      return phase_two(tff.federated_broadcast(weights), tff.federated_broadcast(seed), aggregate,
-                       data)
+  def _round_computations(self):
+    """`run_round` (both phases in one computation: the weights and the data cross into TFF's
+    worker once and the statistics stay there) and, for TFF's mergeable execution, which refuses
+    an aggregation that depends on another, the phases alone: `aggregate_statistics` and
+    `aggregate_updates` (which `--dcco_statistics=previous` calls with the previous round's)."""
+    self.run_round = self.round.computation()
+    self.aggregate_statistics = self.round.computation(["statistics"], outputs=["aggregate"],
+                                                       single=True)
+    self.aggregate_updates = self.round.computation(
+        ["update"], given=[("aggregate", tff.FederatedType(self.aggregate_type, tff.SERVER))],
+        order=["weights", "seed", "aggregate", "data"])
 
-    @tff.federated_computation(weights_type, seed_type, data_type)
-    def run_round(weights, seed, data):
-      # Both phases in one computation: the weights and the data cross into TFF's worker once and
-      # the statistics stay there. TFF's multi-worker (mergeable) execution refuses it: there
-      # (`split_phases`) a round calls the two phases above.
-      weights_at_clients = tff.federated_broadcast(weights)
-      seed_at_clients = tff.federated_broadcast(seed)
-      out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
-      return phase_two(weights_at_clients, seed_at_clients, _mean_and_count(out[0], out[1]), data)
-
-    self.aggregate_statistics = aggregate_statistics
-    self.aggregate_updates = aggregate_updates
-    self.run_round = run_round
-
-  # -- private rounds: DP, or TFF's secure / compressed weighted means -------------------------------
-  def _build_dp(self):
+  # -- DP: both phases as private releases --------------------------------------------------------
+  def _private_phases(self) -> list[composer.Phase]:
     """DP-DCCO: both phases through `privacy.release` (each real client's N_k-times value clipped
     and summed in its slot, `PrivateRelease.fold`; the sum noised over the public denominator,
     `ReleaseProcess.release`), as DP-FedAvg's update is (`aggregators.private`). Sets
-    `private_round`, its aggregators' state (`ServerState.aggregator_state`) and `variance_eps`."""
+    `variance_eps`."""
     cfg, privacy, sigma = self.config, self.config.privacy, self.config.privacy.sigma
     stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type]
     # A client's values are sums over its N_k images; gaussian_adaptive's votes count clients.
@@ -602,18 +596,58 @@ class DCCOProcess(server_step.ServerLoop):
     # 1e14 at sigma 1). Post-processing (free under DP): the noise's scale joins eps, at the clip
     # the round's statistics were released with (gaussian_adaptive's moves; `variance_eps`).
     self.variance_eps = cfg.loss.eps
-    self.eps_per_clip = (0.0 if privacy.statistics_unclipped else
-                         sigma * privacy.noise_scale / cfg.denominator)
-    self.variance_eps += self.eps_per_clip * privacy.clip_value(statistics=True)
+    eps_per_clip = (0.0 if privacy.statistics_unclipped else
+                    sigma * privacy.noise_scale / cfg.denominator)
+    self.eps_per_clip = eps_per_clip
+    self.variance_eps += eps_per_clip * privacy.clip_value(statistics=True)
     self.dp_aggregate_type = tff.StructWithPythonType(
         [("statistics", self.stats_type), ("count", tff.TensorType(self.dtype.as_numpy_dtype)),
          ("eps", tff.TensorType(self.dtype.as_numpy_dtype))],
         collections.OrderedDict)
     self.client_statistics_sum = self._client_statistics_sum(stats_phase)
     self.client_update_sum = self._client_update_sum(update_phase)
-    init_fn = _initial_states(stats_phase, update_phase)
-    self._aggregator = _Initial(init_fn)
-    self.private_round = self._dp_round(stats_phase, update_phase, init_fn)
+    entry, dtype, loss_eps = cfg.loss, self.dtype, cfg.loss.eps
+
+    @tff.tensorflow.computation(tff.StructType([("value", tff.StructWithPythonType(
+        [tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in stat_specs], list)),
+                                                ("clip", np.float32)]))
+    def as_aggregate(value):
+      # The noised sum over the public denominator, which is also the count; the variance floor
+      # at the clip the statistics were released with.
+      return collections.OrderedDict(
+          statistics=collections.OrderedDict(zip(entry.names, value.value)),
+          count=tf.constant(cfg.denominator, dtype),
+          eps=tf.cast(loss_eps + eps_per_clip * tf.cast(value.clip, tf.float64), dtype))
+
+    def statistics(agg, out, names):
+      del out
+      clip = stats_phase.clip(names["states"]["statistics"])  # This round's (an adaptive one moves).
+      return collections.OrderedDict(
+          aggregate=tff.federated_map(as_aggregate, tff.federated_zip(
+              collections.OrderedDict(value=agg.result, clip=clip))),
+          statistics_measured=agg.measurements, statistics_clip=clip)
+
+    def update(agg, out, names):
+      s, u = names["statistics_measured"], agg.measurements
+      return collections.OrderedDict(
+          update=agg.result[0], loss=tff.federated_mean(out[2], weight=out[1]),
+          diagnostics=tff.federated_zip(collections.OrderedDict(
+              statistics_norm=s.norm, statistics_clipped=s.clipped,
+              statistics_clip=names["statistics_clip"], statistics_signal=s.signal_norm,
+              statistics_noise=s.noise_norm,
+              update_norm=u.norm, update_clipped=u.clipped,
+              update_clip=update_phase.clip(names["states"]["update"]),
+              update_signal=u.signal_norm, update_noise=u.noise_norm)))
+
+    return [
+        composer.Phase("statistics", self.client_statistics_sum,
+                       ("weights", "seed", "data", "params"), composer.Release(stats_phase),
+                       ("aggregate", "statistics_measured", "statistics_clip"), statistics,
+                       value=lambda out: out, weight=None),
+        composer.Phase("update", self.client_update_sum,
+                       ("weights", "seed", "aggregate", "data", "params"),
+                       composer.Release(update_phase), ("update", "loss", "diagnostics"), update,
+                       weight=None)]
 
   def _client_statistics_sum(self, phase):
     """Phase 1 at a slot under DP: each real client's N_k <>_k clipped to the statistics clip,
@@ -675,91 +709,6 @@ class DCCOProcess(server_step.ServerLoop):
 
     return client_update_sum
 
-  def _dp_round(self, stats_phase, update_phase, init_fn):
-    cfg, entry, dtype = self.config, self.config.loss, self.dtype
-    client_statistics_sum, client_update_sum = self.client_statistics_sum, self.client_update_sum
-
-    eps_per_clip, loss_eps = self.eps_per_clip, cfg.loss.eps
-
-    @tff.tensorflow.computation(tff.StructType([("value", stat_specs_type(
-        [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type])),
-                                                ("clip", np.float32)]))
-    def as_aggregate(value):
-      # The noised sum over the public denominator, which is also the count; the variance floor
-      # at the clip the statistics were released with.
-      return collections.OrderedDict(
-          statistics=collections.OrderedDict(zip(entry.names, value.value)),
-          count=tf.constant(cfg.denominator, dtype),
-          eps=tf.cast(loss_eps + eps_per_clip * tf.cast(value.clip, tf.float64), dtype))
-
-    @tff.federated_computation(*self._round_types(), init_fn.type_signature.result)
-    def private_round(weights, seed, data, state):
-      weights_at_clients = tff.federated_broadcast(weights)
-      seed_at_clients = tff.federated_broadcast(seed)
-      params = tff.federated_broadcast(stats_phase.params(state.statistics))
-      out = tff.federated_map(client_statistics_sum,
-                              (weights_at_clients, seed_at_clients, data, params))
-      total, stats_state, stats_measured = stats_phase.release_of(state.statistics, out)
-      stats_clip = stats_phase.clip(state.statistics)  # This round's (an adaptive one moves).
-      aggregate_at_clients = tff.federated_broadcast(tff.federated_map(as_aggregate, tff.federated_zip(
-          collections.OrderedDict(value=total, clip=stats_clip))))
-      params = tff.federated_broadcast(update_phase.params(state.update))
-      out = tff.federated_map(client_update_sum, (weights_at_clients, seed_at_clients,
-                                                  aggregate_at_clients, data, params))
-      update, update_state, update_measured = update_phase.release_of(state.update, out[0])
-      return collections.OrderedDict(
-          update=update[0], loss=tff.federated_mean(out[2], weight=out[1]),
-          aggregator_state=tff.federated_zip(collections.OrderedDict(
-              statistics=stats_state, update=update_state)),
-          diagnostics=tff.federated_zip(collections.OrderedDict(
-              statistics_norm=stats_measured.norm, statistics_clipped=stats_measured.clipped,
-              statistics_clip=stats_clip, statistics_signal=stats_measured.signal_norm,
-              statistics_noise=stats_measured.noise_norm,
-              update_norm=update_measured.norm, update_clipped=update_measured.clipped,
-              update_clip=update_phase.clip(state.update), update_signal=update_measured.signal_norm,
-              update_noise=update_measured.noise_norm)))
-
-    return private_round
-
-  def _build_weighted(self):
-    """The round through TFF's secure or compressed weighted means (no DP): `private_round` and
-    the aggregators' state."""
-    privacy = self.config.privacy
-    if privacy.secure_aggregation:
-      stats_factory = update_factory = tff.learning.secure_aggregator(
-          zeroing=False, clipping=False, weighted=True)
-    else:
-      stats_factory = tff.aggregators.MeanFactory()
-      update_factory = tff.aggregators.MeanFactory(
-          value_sum_factory=privacy.record_sum_factory(0.0))
-    # The statistics as the clients return them (an OrderedDict: TFF's factories tf.nest them).
-    stats_phase = _WeightedPhase(stats_factory, self.client_statistics.type_signature.result[0])
-    update_phase = _WeightedPhase(update_factory, tff.StructWithPythonType([self.w_type], list))
-    self.variance_eps = self.config.loss.eps
-    init_fn = _initial_states(stats_phase, update_phase)
-    self._aggregator = _Initial(init_fn)
-    client_statistics, client_update = self.client_statistics, self.client_update
-    one_tuple = _one_tuple(self.w_type)
-
-    @tff.federated_computation(*self._round_types(), init_fn.type_signature.result)
-    def private_round(weights, seed, data, state):
-      weights_at_clients = tff.federated_broadcast(weights)
-      seed_at_clients = tff.federated_broadcast(seed)
-      out = tff.federated_map(client_statistics, (weights_at_clients, seed_at_clients, data))
-      total, stats_state = stats_phase.next(state.statistics, out[0], out[1])
-      aggregate = tff.federated_zip(collections.OrderedDict(
-          statistics=total, count=tff.federated_sum(out[1])))
-      out = tff.federated_map(client_update, (weights_at_clients, seed_at_clients,
-                                              tff.federated_broadcast(aggregate), data))
-      update, update_state = update_phase.next(state.update, tff.federated_map(one_tuple, out[0]),
-                                               out[1])
-      return collections.OrderedDict(
-          update=update[0], loss=tff.federated_mean(out[2], weight=out[1]),
-          aggregator_state=tff.federated_zip(collections.OrderedDict(
-              statistics=stats_state, update=update_state)))
-
-    self.private_round = private_round
-
   def initial_method_state(self):
     """`--dcco_statistics=previous`: the aggregate statistics the next round trains against (count 0:
     none yet, so the first round runs both phases); otherwise none."""
@@ -788,6 +737,7 @@ class DCCOProcess(server_step.ServerLoop):
     weights = common.flat_weights(state.weights)
     if self.config.privacy.any:
       out = dict(self.private_round(weights, seed, data, state.aggregator_state))
+      out["aggregator_state"] = out.pop("states")
     elif self.has_previous(state):  # One phase, against the previous round's statistics.
       out = dict(self.aggregate_updates(weights, seed, state.method_state, data))
     elif self.split_phases:  # Mergeable execution: one aggregation per computation.
@@ -829,43 +779,10 @@ def noise_to_signal(noise, signal) -> np.float32:
   return np.float32(noise / signal if signal > 0 else (np.inf if noise > 0 else 0.0))
 
 
-def _mean_and_count(values, weights):
-  """Federated: <statistics=the N_k-weighted mean of `values`, count=Σ N_k>@SERVER."""
-  return tff.federated_zip(collections.OrderedDict(
-      statistics=tff.federated_mean(values, weight=weights), count=tff.federated_sum(weights)))
-
-
-def _initial_states(stats_phase, update_phase):
-  """The private round's aggregators' initial state: one per phase."""
-
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_zip(collections.OrderedDict(
-        statistics=stats_phase.initialize(), update=update_phase.initialize()))
-
-  return init_fn
-
-
-def stat_specs_type(specs):
-  return tff.StructWithPythonType([tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in specs],
-                                  list)
-
-
-def _one_tuple(w_type):
-  """A flat update as the one-element struct the weighted phase aggregates."""
-
-  @tff.tensorflow.computation(w_type)
-  def wrap(x):
-    return [x]
-
-  return wrap
-
-
-class _Initial:
-  """What `ServerLoop.initialize` asks of an aggregator: its initial state."""
-
-  def __init__(self, init_fn):
-    self.initialize = init_fn
+def _with_count(statistics, weights):
+  """Federated: <statistics, count=Σ N_k>@SERVER."""
+  return tff.federated_zip(collections.OrderedDict(statistics=statistics,
+                                                   count=tff.federated_sum(weights)))
 
 
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
