@@ -1,5 +1,5 @@
-"""One implementation of each shared step: a client's local training (`client_work.local_training`,
-which DCCO runs through its statistics term) and a DP release (`privacy.release`: the clip and sum
+"""One implementation of each shared step: a round's assembly (`federated.composer`), a client's local
+training (`client_work.local_training`, which DCCO runs through its statistics term) and a DP release (`privacy.release`: the clip and sum
 at the clients, the noised sum at the server, which DP-FedAvg and DP-DCCO both call). A second copy
 would drift from the first; these checks fail when one is added back."""
 
@@ -28,9 +28,19 @@ def test_dp_records_are_clipped_and_released_only_in_privacy():
 
 def test_dp_fedavg_and_dp_dcco_fold_and_release_through_the_same_calls():
   for path in ("aggregators/private.py", "methods/dcco.py"):
-    text = SOURCES[path]
-    assert re.search(r"\.fold\(|\.presummed\(", text), path
-    assert ".release_of(" in text, path
+    assert re.search(r"\.fold\(|\.presummed\(", SOURCES[path]), path
+  # DP-FedAvg's aggregator releases its sum; DP-DCCO's phases are the composer's releases.
+  assert ".release_of(" in SOURCES["aggregators/private.py"]
+  assert "composer.Release(" in SOURCES["methods/dcco.py"]
+  assert ".release_of(" in SOURCES["federated/composer.py"]
+
+
+def test_one_round_builder():
+  # Every process's round is a `composer.Round`; the other federated computations are aggregation
+  # processes (tff.aggregators factories) and benchmarks' probes.
+  builders = [p for p in where(r"tff\.federated_computation\b")
+              if not p.startswith(("aggregators/", "benchmarks/"))]
+  assert builders == ["federated/composer.py"]
 
 
 def test_the_checks_see_a_second_copy():

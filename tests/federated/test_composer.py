@@ -73,9 +73,9 @@ def test_a_stateful_phase_has_its_slot_in_states():
   round_ = two_phase(Sum(factory))
   assert list(round_.initialize()) == ["second"]
   out = round_.computation()(scale=2.0, x=[1.0, 2.0, 4.0], n=[1.0, 1.0, 2.0],
-                             states=round_.initialize())
+                             aggregator_states=round_.initialize())
   assert out["spread"] == pytest.approx(20.25 + 12.25 + 2.25)  # Summed, unweighted.
-  assert list(out["states"]) == ["second"]
+  assert list(out["aggregator_states"]) == ["second"]
 
 
 @pytest.mark.parametrize("phases, outputs, error", [

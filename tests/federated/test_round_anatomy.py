@@ -119,7 +119,7 @@ def test_client_state_is_the_same_in_both_simulation_modes(toy_runs):
 def test_stateful_process_types_carry_the_state_at_clients(toy_runs):
   for name, (process, _, _) in toy_runs.items():
     sig = process.run_round.type_signature
-    state_param = sig.parameter[4]
+    state_param = sig.parameter.states
     assert state_param.placement is tff.CLIENTS
     assert sig.result.client_states.placement is tff.CLIENTS
     count = state_param.member.count

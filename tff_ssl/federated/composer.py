@@ -1,7 +1,7 @@
 """A round as a sequence of phases, each a broadcast, a client computation and an aggregation, with
 results passed by name: how every process assembles its round's federated computation.
 
-    round(arguments[, states])                       the arguments: (name, federated type) pairs
+    round(arguments[, aggregator_states])            the arguments: (name, federated type) pairs
       for each phase, in order:
         broadcast what it reads at SERVER            an argument or an earlier phase's result
                                                      (each broadcast once a round), and its
@@ -9,11 +9,11 @@ results passed by name: how every process assembles its round's federated comput
         out = federated_map(client, its reads)       at CLIENTS
         Aggregated(result, state, measurements)      its aggregation of (value(out), weight(out))
         names.update(results(aggregated, out, names)) what later phases and the round may read
-      return {name: names[name] for the round's outputs}[ + states: the aggregations' new states]
+      return {name: names[name] for the outputs}[ + aggregator_states: their new states]
 
 A phase whose aggregation keeps state (a DP release's query state, a weighted factory's) has a slot
-under its name in the round's `states` argument and output; the round's initial states come from
-`initialize`. `computation(phases, given)` builds the round over some of the phases, taking the
+under its name in the round's `aggregator_states` argument and output; their initial states come
+from `initialize`. `computation(phases, given)` builds the round over some of the phases, taking the
 earlier results they read (`given`) as SERVER arguments: DCCO's two phases as one computation, as
 two (TFF's mergeable execution across workers) and its update phase alone (stale statistics) are
 one list of phases. Composition is checked: every name a phase reads exists before it, names are
@@ -74,11 +74,15 @@ class Factory(Aggregation):
 
   stateful = True
 
-  def __init__(self, process):
-    self.process = process
+  def __init__(self, process, params: Callable | None = None):
+    self.process, self._params = process, params
 
   def initialize(self):
     return self.process.initialize()
+
+  def params(self, state):
+    """`params(state)` where given (e.g. a grouped strategy's client argument), else None."""
+    return None if self._params is None else self._params(state)
 
   def __call__(self, state, value, weight) -> Aggregated:
     out = (self.process.next(state, value) if weight is None
@@ -107,11 +111,13 @@ class Release(Aggregation):
     return Aggregated(result, new_state, measured)
 
 
-def _first(out):
+def first(out, at):
+  del at
   return out[0]
 
 
-def _second(out):
+def second(out, at):
+  del at
   return out[1]
 
 
@@ -122,7 +128,7 @@ class Phase:
   client: a TFF computation whose parameters are the values `reads` names, in order ("params": its
     aggregation's params).
   value, weight: what of the clients' output `out` is aggregated, and with what weight (None:
-    unweighted).
+    unweighted), as functions of `out` and of what the clients read (name -> value at CLIENTS).
   gives, results: the names it adds, and (Aggregated, out, the round's names so far) -> an
     OrderedDict of their values.
   """
@@ -133,17 +139,19 @@ class Phase:
   aggregation: Aggregation
   gives: tuple[str, ...]
   results: Callable[[Aggregated, Any, dict], dict]
-  value: Callable = _first
-  weight: Callable | None = _second
+  value: Callable = first
+  weight: Callable | None = second
 
 
 class Round:
   """A round of `phases` over the named `arguments` ((name, federated type) pairs), giving back
-  `outputs` (module docstring)."""
+  `outputs` (module docstring); `derived`: (name, fn(names) -> value) pairs computed from the
+  arguments before the first phase (e.g. the clients' optional parts, `round_parts`)."""
 
   def __init__(self, arguments: Sequence[tuple[str, tff.Type]], phases: Sequence[Phase],
-               outputs: Sequence[str]):
+               outputs: Sequence[str], derived: Sequence[tuple[str, Callable]] = ()):
     self.arguments, self.phases, self.outputs = list(arguments), list(phases), tuple(outputs)
+    self.derived = list(derived)
     if len(set(p.name for p in self.phases)) != len(self.phases):
       raise ValueError(f"a round's phases need distinct names; got {[p.name for p in phases]}")
     self._initialize = None
@@ -176,17 +184,24 @@ class Round:
                   given: Sequence[tuple[str, tff.Type]] = (), outputs: Sequence[str] | None = None,
                   order: Sequence[str] | None = None, single: bool = False):
     """The round over `phases` (default all, in order), taking earlier results they read as the
-    arguments `given` after the round's own, and a `states` argument where a phase is stateful
-    (`order`: the parameters' order, default that one); it returns `outputs` (default the
-    round's) and, then, `states` (`single`: the one output itself, for a stateless round)."""
+    arguments `given` after the round's own, and `aggregator_states` where a phase is stateful
+    (`order`: the parameters' order; default that one with the SERVER-placed ones first); it returns `outputs` (default the
+    round's) and, then, `aggregator_states` (`single`: the one output itself, for a stateless
+    round)."""
     chosen = [p for p in self.phases if phases is None or p.name in phases]
     outputs = self.outputs if outputs is None else tuple(outputs)
     stateful = [p for p in chosen if p.aggregation.stateful]
     parameters = self.arguments + list(given)
     if stateful:
-      parameters.append(("states", tff.FederatedType(tff.StructType(
+      parameters.append(("aggregator_states", tff.FederatedType(tff.StructType(
           [(p.name, self.state_type().member[p.name]) for p in stateful]), tff.SERVER)))
-    if order is not None:
+    if order is None:
+      # SERVER-placed parameters first: TFF 0.87's mergeable execution (across --workers) splits
+      # the argument's CLIENTS-placed values in order, and a SERVER value after one reached the
+      # subrounds wrong (FedAvg with a stateful strategy: updates 1.14 apart,
+      # tests/federated/test_across_workers.py).
+      parameters.sort(key=lambda p: p[1].placement is tff.CLIENTS)
+    else:
       by_name = dict(parameters)
       if sorted(order) != sorted(by_name):
         raise ValueError(f"order {list(order)} must name each parameter {sorted(by_name)} once")
@@ -198,6 +213,8 @@ class Round:
 
     def body(args):
       names = collections.OrderedDict((n, args[n]) for n, _ in parameters)
+      for name, fn in self.derived:
+        names[name] = fn(names)
       broadcast = {}
 
       def at_clients(name):
@@ -211,13 +228,14 @@ class Round:
 
       new_states = collections.OrderedDict()
       for p in chosen:
-        state = names["states"][p.name] if p.aggregation.stateful else None
+        state = names["aggregator_states"][p.name] if p.aggregation.stateful else None
         params = p.aggregation.params(state)
-        reads = tuple(tff.federated_broadcast(params) if r == "params" else at_clients(r)
-                      for r in p.reads)
-        out = tff.federated_map(p.client, reads)
-        aggregated = p.aggregation(state, p.value(out),
-                                   None if p.weight is None else p.weight(out))
+        reads = collections.OrderedDict(
+            (r, tff.federated_broadcast(params) if r == "params" else at_clients(r))
+            for r in p.reads)
+        out = tff.federated_map(p.client, tuple(reads.values()))
+        aggregated = p.aggregation(state, p.value(out, reads),
+                                   None if p.weight is None else p.weight(out, reads))
         if p.aggregation.stateful:
           new_states[p.name] = aggregated.state
         added = p.results(aggregated, out, names)
@@ -228,7 +246,7 @@ class Round:
         return names[outputs[0]]
       result = collections.OrderedDict((n, names[n]) for n in outputs)
       if new_states:
-        result["states"] = tff.federated_zip(new_states)
+        result["aggregator_states"] = tff.federated_zip(new_states)
       return result
 
     @tff.federated_computation(tff.StructType(parameters))
@@ -238,7 +256,7 @@ class Round:
     return run
 
   def _check(self, chosen, available, outputs) -> None:
-    known = set(available)
+    known = set(available) | {n for n, _ in self.derived}
     for p in chosen:
       missing = [r for r in p.reads if r != "params" and r not in known]
       if missing:

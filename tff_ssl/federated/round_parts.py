@@ -11,8 +11,8 @@ A process whose clients keep state (`client_state.ClientState`), or whose client
     reports  out       every client's report, collected at the SERVER (`common.collect`):
                        {"client": its id, term key: the term's report}
 
-`RoundParts` builds their TFF types, the round's federated computation over a named parameter of the
-parts present (`federated_computation`; `type_signature.parameter.states` etc.), the clients' value
+`RoundParts` builds their TFF types, the round's named parameter of the parts present (`parameter`:
+`type_signature.parameter.states` etc. of the round `composer.Round` builds), the clients' value
 of the parts (`at_clients`, `unpack`), the fold of a grouped slot's clients over their states and
 ids (`fold`), and the Python values a round takes and gives back (`arguments`, `client_states`).
 A process without client state or reports has none of them.
@@ -111,26 +111,20 @@ class RoundParts:
       parts.append(("ids", tff.FederatedType(self.ids_type, tff.CLIENTS)))
     return tff.StructType(parts)
 
-  def federated_computation(self, body: Callable, leading: Sequence[tuple[str, tff.Type]]):
-    """The round: `body(args)`, `args` the named parameter (`parameter(leading)`), as a TFF
-    federated computation; call it with keyword arguments of those names."""
-    @tff.federated_computation(self.parameter(leading))
-    def run_round(args):
-      return body(args)
-    return run_round
-
   def at_clients(self, args):
     """In the round's federated computation: the parts as the clients take them (`client_type`,
-    CLIENTS-placed; the context broadcast), or None where the round has none."""
+    CLIENTS-placed; the context broadcast), or None where the round has none. `args`: the round's
+    named parameter, or a dict of its values by name (`composer.Round`'s)."""
     if not self.any:
       return None
+    get = args.__getitem__ if isinstance(args, dict) else lambda name: getattr(args, name)
     parts = collections.OrderedDict()
     if self.stateful:
-      parts["states"] = args.states
+      parts["states"] = get("states")
     if self.context_type is not None:
-      parts["context"] = tff.federated_broadcast(args.context)
+      parts["context"] = tff.federated_broadcast(get("context"))
     if self.ids_type is not None:
-      parts["ids"] = args.ids
+      parts["ids"] = get("ids")
     return tff.federated_zip(parts)
 
   def unpack(self, extra) -> tuple:

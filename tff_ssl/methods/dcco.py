@@ -524,7 +524,7 @@ class DCCOProcess(server_step.ServerLoop):
     if cfg.privacy.enabled:
       return composer.Round(arguments, self._private_phases(), ("update", "loss", "diagnostics"))
     release = cfg.stale  # The update phase also releases this round's statistics (the next's).
-    stats_agg, update_agg, value = composer.Mean(), composer.Mean(), lambda out: out[0]
+    stats_agg, update_agg, value = composer.Mean(), composer.Mean(), composer.first
     if cfg.privacy.any:  # TFF's secure or compressed weighted means (no DP).
       if cfg.privacy.secure_aggregation:
         stats_factory = update_factory = tff.learning.secure_aggregator(
@@ -541,7 +541,7 @@ class DCCOProcess(server_step.ServerLoop):
       update_agg = composer.Factory(update_factory.create(
           tff.StructWithPythonType([w_type], list), f32))
       one_tuple = tff.tensorflow.computation(w_type)(lambda x: [x])
-      value = lambda out: tff.federated_map(one_tuple, out[0])  # noqa: E731
+      value = lambda out, at: tff.federated_map(one_tuple, out[0])  # noqa: E731
 
     def statistics(agg, out, names):
       del names
@@ -621,7 +621,8 @@ class DCCOProcess(server_step.ServerLoop):
 
     def statistics(agg, out, names):
       del out
-      clip = stats_phase.clip(names["states"]["statistics"])  # This round's (an adaptive one moves).
+      # This round's clip (an adaptive one moves).
+      clip = stats_phase.clip(names["aggregator_states"]["statistics"])
       return collections.OrderedDict(
           aggregate=tff.federated_map(as_aggregate, tff.federated_zip(
               collections.OrderedDict(value=agg.result, clip=clip))),
@@ -636,14 +637,14 @@ class DCCOProcess(server_step.ServerLoop):
               statistics_clip=names["statistics_clip"], statistics_signal=s.signal_norm,
               statistics_noise=s.noise_norm,
               update_norm=u.norm, update_clipped=u.clipped,
-              update_clip=update_phase.clip(names["states"]["update"]),
+              update_clip=update_phase.clip(names["aggregator_states"]["update"]),
               update_signal=u.signal_norm, update_noise=u.noise_norm)))
 
     return [
         composer.Phase("statistics", self.client_statistics_sum,
                        ("weights", "seed", "data", "params"), composer.Release(stats_phase),
                        ("aggregate", "statistics_measured", "statistics_clip"), statistics,
-                       value=lambda out: out, weight=None),
+                       value=lambda out, at: out, weight=None),
         composer.Phase("update", self.client_update_sum,
                        ("weights", "seed", "aggregate", "data", "params"),
                        composer.Release(update_phase), ("update", "loss", "diagnostics"), update,
@@ -736,8 +737,9 @@ class DCCOProcess(server_step.ServerLoop):
             else clients)
     weights = common.flat_weights(state.weights)
     if self.config.privacy.any:
-      out = dict(self.private_round(weights, seed, data, state.aggregator_state))
-      out["aggregator_state"] = out.pop("states")
+      out = dict(self.private_round(weights=weights, seed=seed, data=data,
+                                    aggregator_states=state.aggregator_state))
+      out["aggregator_state"] = out.pop("aggregator_states")
     elif self.has_previous(state):  # One phase, against the previous round's statistics.
       out = dict(self.aggregate_updates(weights, seed, state.method_state, data))
     elif self.split_phases:  # Mergeable execution: one aggregation per computation.

@@ -37,7 +37,7 @@ from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import local_steps
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
-from tff_ssl.federated import client_work, common, grouping, round_parts
+from tff_ssl.federated import client_work, common, composer, grouping, round_parts
 from tff_ssl.federated import server_stage as server_stage_lib
 from tff_ssl.federated.client_work import ClientConfig, initial_ssl_state, view_outputs
 from tff_ssl.federated.functional import FunctionalModel
@@ -187,23 +187,16 @@ class FedAvgSSLProcess(server_step.ServerLoop):
     def select_trained(weights):
       return self.mask.select(common.unflatten_tensors(weights, all_specs))
 
-    def round_body(args):
-      weights_at_clients = tff.federated_broadcast(args.weights)
-      extra = parts.at_clients(args)
-      inputs = (weights_at_clients, tff.federated_broadcast(args.seed), args.data)
-      if simulation.grouped:
-        inputs += (tff.federated_broadcast(self.factory.client_argument(args.aggregator_state)),)
-      out = tff.federated_map(client_update, inputs + ((extra,) if extra is not None else ()))
-      if simulation.grouped:
-        aggregated = self.aggregator.next(args.aggregator_state, out[0])
-        rest = 3
-      else:  # The trained tensors as the aggregator's structure (the broadcast is one vector).
-        info = tff.federated_zip(collections.OrderedDict(
-            num_examples=out[2], loss=out[3],
-            model=tff.federated_map(select_trained, weights_at_clients)))
-        aggregated = self.aggregator.next(args.aggregator_state, out[0], info)
-        rest = 4
-      result = collections.OrderedDict(aggregator_state=aggregated.state, update=aggregated.result,
+    grouped, rest = simulation.grouped, 3 if simulation.grouped else 4
+
+    def info(out, at):  # Reference mode: each client's ClientInfo, the weight of its update.
+      return tff.federated_zip(collections.OrderedDict(
+          num_examples=out[2], loss=out[3],
+          model=tff.federated_map(select_trained, at["weights"])))
+
+    def results(aggregated, out, names):
+      del names
+      result = collections.OrderedDict(update=aggregated.result,
                                        loss=tff.federated_mean(out[1], weight=out[2]),
                                        measurements=aggregated.measurements)
       if parts.stateful:
@@ -212,14 +205,26 @@ class FedAvgSSLProcess(server_step.ServerLoop):
         result["reports"] = parts.collect_reports(out[rest + int(parts.stateful)])
       return result
 
-    self.client_update = client_update
-    self.run_round = parts.federated_computation(round_body, [
+    outputs = (("update", "loss", "measurements") + (("client_states",) if parts.stateful else ())
+               + (("reports",) if parts.reports else ()))
+    # A grouped slot's clients read the strategy's client argument of its state ("params").
+    aggregation = composer.Factory(self.aggregator,
+                                   params=self.factory.client_argument if grouped else None)
+    phase = composer.Phase(
+        "update", client_update,
+        ("weights", "seed", "data") + (("params",) if grouped else ()) +
+        (("extra",) if parts.any else ()), aggregation, outputs, results,
+        weight=None if grouped else info)
+    arguments = list(tff.structure.iter_elements(parts.parameter([
         ("weights", tff.FederatedType(w_type, tff.SERVER)),
-        ("aggregator_state", self.aggregator.initialize.type_signature.result),
         ("seed", tff.FederatedType(common.SEED_TYPE, tff.SERVER)),
         ("data", tff.FederatedType(
-            grouping.group_input_type(image_shape) if simulation.grouped
-            else common.client_input_type(image_shape), tff.CLIENTS))])
+            grouping.group_input_type(image_shape) if grouped
+            else common.client_input_type(image_shape), tff.CLIENTS))])))
+    self.round = composer.Round(arguments, [phase], outputs,
+                                derived=[("extra", parts.at_clients)] if parts.any else [])
+    self.client_update = client_update
+    self.run_round = self.round.computation()
 
   def _grouped_client_update(self, w_type, image_shape):
     """A grouped slot's computation: (its folded `Contribution`, mean first-step loss, N[, its
@@ -308,9 +313,11 @@ class FedAvgSSLProcess(server_step.ServerLoop):
     sizes = [len(d["sizes"]) for d in data] if grouped else [1] * len(clients)
     context = self.client_context(state) if self.parts.context_type is not None else None
     out = dict(self.run_round(
-        weights=common.flat_weights(state.weights), aggregator_state=state.aggregator_state,
+        weights=common.flat_weights(state.weights),
         seed=common.round_seed(self.config.seed, state.round_num), data=data,
+        aggregator_states=collections.OrderedDict(update=state.aggregator_state),
         **self.parts.arguments(client_states, context, client_ids, sizes)))
+    out["aggregator_state"] = out.pop("aggregator_states")["update"]
     if self._flat_upload:
       out["update"] = common.unflatten(np.asarray(out["update"][0]), self.trained_specs)
     if self.parts.reports:

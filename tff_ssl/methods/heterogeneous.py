@@ -41,7 +41,7 @@ from tff_ssl import models
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
-from tff_ssl.federated import client_work, common, grouping, round_parts, server_stage, ssl_model
+from tff_ssl.federated import client_work, common, composer, grouping, round_parts, server_stage, ssl_model
 from tff_ssl.methods import fedavg, fedfoa
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.functional import FunctionalModel
@@ -156,19 +156,23 @@ class HeterogeneousProcess:
       # The report as a one-client stack, as a grouped slot's.
       return first, n, new, tf.nest.map_structure(lambda x: x[None], report)
 
-    def body(args):
-      out = tff.federated_map(client_update, (tff.federated_broadcast(args.seed), args.data,
-                                              parts.at_clients(args)))
-      result = collections.OrderedDict(loss=tff.federated_mean(out[0], weight=out[1]),
-                                       examples=tff.federated_sum(out[1]),
+    def results(aggregated, out, names):
+      del names
+      result = collections.OrderedDict(loss=aggregated.result, examples=tff.federated_sum(out[1]),
                                        client_states=out[2])  # Stay at the clients.
       if parts.reports:  # Uploaded: each client's (id, R_bar), at the server.
         result["reports"] = parts.collect_reports(out[3])
       return result
 
-    run_round = parts.federated_computation(body, [
+    # No global model: the round's one aggregate is the clients' mean loss.
+    outputs = ("loss", "examples", "client_states") + (("reports",) if parts.reports else ())
+    arguments = tff.structure.iter_elements(parts.parameter([
         ("seed", tff.FederatedType(common.SEED_TYPE, tff.SERVER)),
-        ("data", tff.FederatedType(data_type, tff.CLIENTS))])
+        ("data", tff.FederatedType(data_type, tff.CLIENTS))]))
+    run_round = composer.Round(
+        list(arguments), [composer.Phase("train", client_update, ("seed", "data", "extra"),
+                                         composer.Mean(), outputs, results)],
+        outputs, derived=[("extra", parts.at_clients)]).computation()
     return run_round, parts
 
   def architecture_of(self, client_id: int) -> int:
