@@ -35,6 +35,15 @@ def test_dp_fedavg_and_dp_dcco_fold_and_release_through_the_same_calls():
   assert ".release_of(" in SOURCES["federated/composer.py"]
 
 
+def test_clip_factors_are_computed_only_in_privacy():
+  # The scale of a clipped record (`privacy.clip.factors`, tensorflow_privacy's rule): its pattern,
+  # a clip over a norm, appears only in the privacy package; the vectorized sites import it.
+  rule = r"reciprocal(_no_nan)?\(norms?\)|clip_by_global_norm\(|clip\w* / \w*norm"
+  assert [p for p in where(rule) if not p.startswith("privacy/")] == []
+  for path in ("losses/statistics.py", "methods/dcco.py"):
+    assert "clip_lib.factors(" in SOURCES[path], path
+
+
 def test_one_round_builder():
   # Every process's round is a `composer.Round`; the other federated computations are aggregation
   # processes (tff.aggregators factories) and benchmarks' probes.

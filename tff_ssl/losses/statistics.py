@@ -31,6 +31,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import tensorflow as tf
 
+from tff_ssl.privacy import clip as clip_lib
+
 
 @dataclasses.dataclass(frozen=True)
 class Term:
@@ -225,10 +227,7 @@ class StatisticsLoss:
     for square, _ in parts[1:]:  # In the terms' order (CCO's numbers as they were).
       total = total + square
     norms = tf.sqrt(total)
-    factor = tf.minimum(tf.constant(1.0, f.dtype),
-                        as_dtype(clip, f.dtype) * tf.math.reciprocal_no_nan(norms))
-    factor = tf.where(norms > 0, factor, tf.ones_like(factor))
-    w = tf.gather(factor, segments)[:, None]
+    w = tf.gather(clip_lib.factors(norms, clip), segments)[:, None]
     return collections.OrderedDict(
         (t.name, weighted(w)) for t, (_, weighted) in zip(self.terms, parts)), norms
 

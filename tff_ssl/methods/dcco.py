@@ -53,6 +53,7 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.privacy import PrivacyConfig
+from tff_ssl.privacy import clip as clip_lib
 from tff_ssl.privacy.release import PrivateRelease, dp_event
 from tff_ssl.federated import client_work, common, composer, grouping
 from tff_ssl.federated import local_steps
@@ -309,7 +310,7 @@ def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learn
   per-image gradients of the linearized loss (`linearized`: G = dL/d<> taken once at the aggregate,
   `statistics_gradient`), taken `chunk` images at a time (whole clients: a larger client alone) in
   one `tf.vectorized_map` (one image per iteration: the encoder treats images apart; convolutions
-  take `layers.sliced_filter_gradients`), summed by client, clipped (`clip_factors`) and added up.
+  take `layers.sliced_filter_gradients`), summed by client, clipped (`privacy.clip.factors`) and added up.
   `chunk`: images a pass (None: `CLIP_FLOATS` // P)."""
   if chunk is None:
     chunk = max(1, CLIP_FLOATS // sum(int(np.prod(s.shape)) for s in model.weight_specs))
@@ -343,7 +344,7 @@ def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learn
                       lambda: [tf.math.unsorted_segment_sum(g, clients, count) for g in grads])
       chunk_norms = eta * tf.sqrt(tf.add_n([
           tf.reduce_sum(tf.square(tf.reshape(g, [count, -1])), 1) for g in grads]))
-      factor = clip_factors(chunk_norms, clip) * eta
+      factor = clip_lib.factors(chunk_norms, clip) * eta
       total = [t + tf.tensordot(factor, g, [[0], [0]]) for t, g in zip(total, grads)]
       norms = tf.tensor_scatter_nd_update(
           norms, (tf.range(count) + segments[start])[:, None], chunk_norms)
@@ -382,13 +383,6 @@ def linearized(entry, gradient, f, g) -> tf.Tensor:
     else:
       total.append(tf.reduce_sum(a * tf.linalg.matvec(gradient[t.name], t.outer(f, g)[0])))
   return tf.add_n(total)
-
-
-def clip_factors(norms, clip):
-  """Each record's scale under an L2 clip, as `tf.clip_by_global_norm` scales a record
-  (tensorflow_privacy's clip): clip * min(1 / norm, 1 / clip)."""
-  clip = losses.statistics.as_dtype(clip, norms.dtype)
-  return clip * tf.minimum(tf.math.reciprocal(norms), tf.math.reciprocal(clip))
 
 
 def client_segments(data):
