@@ -37,7 +37,7 @@ import dataclasses
 import json
 import os
 
-from tff_ssl import evaluation, experiment, rundir, table_report
+from tff_ssl import evaluation, experiment, methods, rundir, table_report
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl import runner
 from tff_ssl.methods import heterogeneous
@@ -99,6 +99,12 @@ PAPER_HETEROGENEOUS = {
 HETERO_PAPER_ROW = {"hetero_byol": "BYOL", "hetero_foa": "FedFoA"}
 
 
+def _heterogeneous(row: Row) -> bool:
+  """Whether the row's clients train encoders of several architectures (its method reads
+  --architectures), each evaluated apart."""
+  return "architectures" in methods.get(row.config.method).field_names
+
+
 def random_init_each(table: Table, column: Column, output_dir: str) -> dict[str, dict[str, float]]:
   """{evaluation key: {architecture: accuracy}}: each heterogeneous architecture at its
   initialization under the main probe and each gate evaluation (the baseline of its cells),
@@ -107,7 +113,7 @@ def random_init_each(table: Table, column: Column, output_dir: str) -> dict[str,
   found = json.load(open(path)) if os.path.exists(path) else {}
   keys = tuple(dict.fromkeys((table.evaluations[0].key, *table.gate_evaluations)))
   if not all(k in found.get(column.key, {}) for k in keys):
-    row = next(r for r in table.rows if r.config.method == "heterogeneous")
+    row = next(r for r in table.rows if _heterogeneous(r))
     config = table.cell_config(row, column)
     train, test = experiment.load_splits(config)
     models = heterogeneous.models_of(config, train.image_shape)
@@ -125,7 +131,7 @@ def heterogeneous_baselines(table: Table, output_dir: str) -> dict:
   architectures at initialization, as the cells report the mean of their clients' encoders."""
   out = {}
   for column in table.columns:
-    rows = [r for r in table.rows if r.config.method == "heterogeneous" and os.path.exists(
+    rows = [r for r in table.rows if _heterogeneous(r) and os.path.exists(
         os.path.join(output_dir, "cells", r.key, column.key, "results.json"))]
     if not rows:
       continue
@@ -141,7 +147,7 @@ def heterogeneous_appendix(table: Table, output_dir: str) -> str:
   """Each architecture's linear probe in the heterogeneous cells (results.json's
   `linear_probe_accuracy_pretrained_each`) beside its random initialization, and the paper's Tables
   1-2."""
-  rows = [r for r in table.rows if r.config.method == "heterogeneous"]
+  rows = [r for r in table.rows if _heterogeneous(r)]
   if not rows:
     return ""
   archs = rows[0].config.architectures

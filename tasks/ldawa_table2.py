@@ -46,7 +46,7 @@ import re
 
 import numpy as np
 
-from tff_ssl import evaluation
+from tff_ssl import aggregators, evaluation, methods
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Column, Evaluation, Row, Table
 
@@ -213,15 +213,16 @@ def divergence_appendix(table: Table, output_dir: str) -> str:
   return "\n".join(lines)
 
 
-# The aggregators that measure the whole-model cosine only when asked (`--measure_divergence`).
-_MEASURED = ("fedavg", "uniform", "loss")
 
 
 def _table(scale: str, base: ExperimentConfig, columns: tuple[Column, ...], paper_keys,
            curve_every: int, notes: tuple[str, ...], extra_rows=(), mini: bool = False) -> Table:
   def config(fields):
     c = dataclasses.replace(base, **fields)
-    if mini and c.method != "fedlama" and c.aggregator in _MEASURED:  # L-DAWA measures its own.
+    # The rows whose strategy measures the whole-model cosine only when asked (L-DAWA measures its
+    # own), where the method reads the option (FedLAMA does not).
+    if (mini and "measure_divergence" in methods.get(c.method).field_names and
+        aggregators.AGGREGATORS[c.aggregator].measures_on_request):
       c = dataclasses.replace(c, measure_divergence=True)
     return c
   rows = tuple(Row(key, name, config(fields)) for key, name, fields in ROWS)

@@ -55,7 +55,7 @@ import os
 import statistics as stats
 
 from tasks import privacy_table
-from tff_ssl import evaluation, table_report
+from tff_ssl import evaluation, methods, table_report
 from tff_ssl import privacy as privacy_lib
 from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.tables import TUNED_10_TWO_SEEDS, TUNED_GATE, Claim, Column, Evaluation, Row, Table
@@ -304,7 +304,8 @@ def _noise_multiplier(results: dict, config) -> float:
   got = results.get("dp_noise_multiplier")
   if got is not None and math.isfinite(got):
     return got
-  return privacy_lib.from_config(config, releases=2 if config.method == "dcco" else 1).sigma
+  return privacy_lib.from_config(config,
+                                 releases=methods.get(config.method).dp_releases).sigma
 
 
 def _plot(table: Table, output_dir: str) -> str | None:

@@ -58,6 +58,8 @@ class Method:
     empty: it can.
   no_privacy: why the method refuses --dp, --secure_aggregation and --compression (it does not
     read them); empty: it reads them, or is not federated.
+  dp_releases: the private releases a round makes under --dp (DCCO: its statistics and its update),
+    which the accounting composes.
   auxiliary: the method's server trains on unlabeled images of its own (LW-FedSSL's calibration):
     the runner holds `config.auxiliary_fraction` of the training images out of the clients' data
     and passes them in the build context (`BuildContext.auxiliary`: {"images": ..., "ids": ...}).
@@ -75,6 +77,7 @@ class Method:
   no_batch_heads: str = ""
   auxiliary: bool = False
   no_privacy: str = ""
+  dp_releases: int = 1
 
   def __post_init__(self):
     if self.kind not in KINDS:

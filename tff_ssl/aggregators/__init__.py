@@ -67,34 +67,34 @@ class AggregatorConfig:
 
   def check_options(self) -> None:
     """Raises ValueError if an option is set that this strategy does not read."""
-    options = {"granularity": (self.granularity != "layer", LAYERWISE),
-               "scale_normalization": (self.scale_normalization, LAYERWISE),
-               "fedavg_warmup_rounds": (self.fedavg_warmup_rounds != 0, DIVERGENCE_AWARE),
-               "measure_divergence": (self.measure_divergence,
-                                      tuple(a for a in AGGREGATORS if a not in DIVERGENCE_AWARE))}
-    for name, (set_, readers) in options.items():
+    options = {"granularity": (self.granularity != "layer", "layerwise"),
+               "scale_normalization": (self.scale_normalization, "layerwise"),
+               "fedavg_warmup_rounds": (self.fedavg_warmup_rounds != 0, "divergence_aware"),
+               "measure_divergence": (self.measure_divergence, "measures_on_request")}
+    for name, (set_, reads) in options.items():
+      readers = [a for a, s in AGGREGATORS.items() if getattr(s, reads)]
       if set_ and self.name not in readers:
         field = "aggregator_granularity" if name == "granularity" else name
         raise ValueError(f"{field} is not used by aggregator {self.name!r}; it is read by "
-                         f"{list(readers)}")
+                         f"{readers}")
     self.check_privacy()
 
   def check_privacy(self) -> None:
     """Raises ValueError (one line, saying why) where the strategy does not compose with the
     privacy settings."""
-    p = self.privacy
+    p, strategy = self.privacy, AGGREGATORS[self.name]
     if p.enabled:
-      if self.name not in PRIVATE:
-        raise ValueError(f"--dp refuses --aggregator={self.name}: {PRIVATE_REFUSED[self.name]}; "
+      if strategy.no_dp:
+        raise ValueError(f"--dp refuses --aggregator={self.name}: {strategy.no_dp}; "
                          f"use --aggregator=uniform")
-      if self.name == "fedavg" and not self.equal_clients:
+      if strategy.weighs_by_examples and not self.equal_clients:
         raise ValueError("--dp averages clipped updates uniformly (DP-FedAvg: a client's N_k "
                          "would scale its sensitivity), which is not FedAvg's N_k / N on clients "
                          "of unequal size; use --aggregator=uniform")
       if self.measure_divergence:
         raise ValueError("--dp refuses --measure_divergence: it releases each client's cosine to "
                          "the global model without noise; remove it")
-    elif (p.secure_aggregation or p.compression != "none") and self.name in SELF_WEIGHTED:
+    elif (p.secure_aggregation or p.compression != "none") and strategy.self_weighted:
       flag = "--secure_aggregation" if p.secure_aggregation else f"--compression={p.compression}"
       raise ValueError(f"{flag} refuses --aggregator={self.name}: its softmax(-L_k) mean is one "
                        f"running aggregation of its own, not a sum TFF's factories can replace")
@@ -115,7 +115,8 @@ class AggregatorConfig:
       self.check_privacy()
       factory = PrivateFactory(self.privacy, self.privacy.sigma)
     else:
-      factory = AGGREGATORS[self.name](self, ModelLayout.from_model(model, self.granularity, mask))
+      factory = AGGREGATORS[self.name].build(
+          self, ModelLayout.from_model(model, self.granularity, mask))
     factory.wire = self.privacy  # What the process's other uploads must respect (reports).
     return factory
 
@@ -127,33 +128,54 @@ def _ldawa(weighting: str) -> Callable[[AggregatorConfig, ModelLayout], Strategy
       inner=c.inner())
 
 
-# name -> (config, layout of the exchanged tensors) -> factory.
-AGGREGATORS: dict[str, Callable[[AggregatorConfig, ModelLayout], StrategyFactory]] = {
-    "fedavg": lambda c, layout: FedAvgFactory(measure_divergence=c.measure_divergence,
-                                              inner=c.inner()),
-    "uniform": lambda c, layout: UniformFactory(measure_divergence=c.measure_divergence,
-                                                inner=c.inner()),
-    "loss": lambda c, layout: LossFactory(measure_divergence=c.measure_divergence),
-    "mdawa": lambda c, layout: MDAWAFactory(len(layout.groups),
-                                            fedavg_warmup_rounds=c.fedavg_warmup_rounds,
-                                            inner=c.inner()),
-    "ldawa": _ldawa("uniform"),
-    "ldawa_fedavg": _ldawa("examples"),
-    "ldawa_loss": _ldawa("loss"),
-}
-# Options each strategy reads (any other non-default option is an error for it).
-DIVERGENCE_AWARE = ("mdawa", "ldawa", "ldawa_fedavg", "ldawa_loss")
-LAYERWISE = ("ldawa", "ldawa_fedavg", "ldawa_loss")
-# Strategies DP composes with (DP-FedAvg's uniform mean of clipped updates), and why the others not.
-PRIVATE = ("fedavg", "uniform")
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+  """A strategy's registry entry: its factory from (config, layout of the exchanged tensors), and
+  what it reads and refuses.
+
+  divergence_aware: scales each client by its cosine to the global model (measured always; reads
+    --fedavg_warmup_rounds); the others measure it on request (--measure_divergence).
+  layerwise: an angle per layer (reads --aggregator_granularity and --scale_normalization).
+  no_dp: why --dp refuses it ("": DP-FedAvg's clipped uniform mean replaces it).
+  weighs_by_examples: its weights are N_k / N (under --dp only where clients are of equal size).
+  self_weighted: computes its weighted mean itself (secure and compressed sums cannot replace it).
+  """
+
+  build: Callable[[AggregatorConfig, ModelLayout], StrategyFactory]
+  divergence_aware: bool = False
+  layerwise: bool = False
+  no_dp: str = ""
+  weighs_by_examples: bool = False
+  self_weighted: bool = False
+
+  @property
+  def measures_on_request(self) -> bool:
+    return not self.divergence_aware
+
+
 _DAWA = ("it scales each client's layers by their cosine to the global model, a per-client factor "
          "the clip does not bound")
-PRIVATE_REFUSED = {
-    "loss": "it weighs clients by softmax(-L_k), so one client's loss moves every other's weight",
-    "ldawa_loss": "it weighs clients by softmax(-L_k) and " + _DAWA[3:],
-    "mdawa": _DAWA, "ldawa": _DAWA, "ldawa_fedavg": _DAWA}
-# Strategies that compute their weighted mean themselves (no inner factory).
-SELF_WEIGHTED = ("loss", "ldawa_loss")
+_SOFTMAX = "it weighs clients by softmax(-L_k)"
+
+AGGREGATORS: dict[str, Strategy] = {
+    "fedavg": Strategy(lambda c, layout: FedAvgFactory(measure_divergence=c.measure_divergence,
+                                                       inner=c.inner()),
+                       weighs_by_examples=True),
+    "uniform": Strategy(lambda c, layout: UniformFactory(measure_divergence=c.measure_divergence,
+                                                         inner=c.inner())),
+    "loss": Strategy(lambda c, layout: LossFactory(measure_divergence=c.measure_divergence),
+                     no_dp=f"{_SOFTMAX}, so one client's loss moves every other's weight",
+                     self_weighted=True),
+    "mdawa": Strategy(lambda c, layout: MDAWAFactory(len(layout.groups),
+                                                     fedavg_warmup_rounds=c.fedavg_warmup_rounds,
+                                                     inner=c.inner()),
+                      divergence_aware=True, no_dp=_DAWA),
+    "ldawa": Strategy(_ldawa("uniform"), divergence_aware=True, layerwise=True, no_dp=_DAWA),
+    "ldawa_fedavg": Strategy(_ldawa("examples"), divergence_aware=True, layerwise=True,
+                             no_dp=_DAWA),
+    "ldawa_loss": Strategy(_ldawa("loss"), divergence_aware=True, layerwise=True,
+                           no_dp=f"{_SOFTMAX} and {_DAWA[3:]}", self_weighted=True),
+}
 
 AGGREGATOR = Field("aggregator", "fedavg", "FedAvg-style: the aggregation strategy "
                    "(tff_ssl.aggregators).", choices=lambda: AGGREGATORS)

@@ -66,6 +66,7 @@ from tff_ssl.losses.statistics import combined
 from tff_ssl.method import FEDERATED_FIELDS, Method
 
 STATISTICS_MODES = ("current", "previous")
+RELEASES = 2  # Under DP a round releases the clients' statistics, then their update.
 DCCO_STATISTICS = Field(
     "dcco_statistics", "current", "DCCO's statistics: the round's own (current: two phases, "
     "exactly the centralized gradient) or the previous round's aggregate (previous: one phase, "
@@ -783,7 +784,7 @@ def _with_count(statistics, weights):
 
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
   """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
-  private = privacy_lib.from_config(config, releases=2, statistics_clip=config.dp_statistics_clip,
+  private = privacy_lib.from_config(config, releases=RELEASES, statistics_clip=config.dp_statistics_clip,
                                     statistics_quantile=config.dp_statistics_quantile,
                                     statistics_clip_rate=config.dp_statistics_clip_rate)
   privacy_lib.check_simulation(private, config.simulation)
@@ -819,7 +820,7 @@ METHOD = Method(
         DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
         DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
-    validate=process_config, build=build,
+    validate=process_config, build=build, dp_releases=RELEASES,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "
                     "encoding statistics as if each image were encoded alone (batch statistics "
                     "would make a client's encodings depend on its batch mates)"),

@@ -424,7 +424,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 def divergence_hint(config) -> str:
   """What to try when a FedAvg-style run's loss became NaN or infinite."""
   hint = f"lower --server_learning_rate (now {config.server_learning_rate})"
-  if config.aggregator in aggregators.DIVERGENCE_AWARE and not config.fedavg_warmup_rounds:
+  divergence_aware = aggregators.AGGREGATORS[config.aggregator].divergence_aware
+  if divergence_aware and not config.fedavg_warmup_rounds:
     # Scaling scale-invariant (weight-standardized) layers by cosines < 1 shrinks them round after
     # round, which raises the clients' effective step size (docs/results.md: the mini L-DAWA table).
     hint = (f"{config.aggregator} shrinks layers whose cosine to the global model is low: start "
