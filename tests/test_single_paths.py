@@ -27,11 +27,11 @@ def test_dp_records_are_clipped_and_released_only_in_privacy():
 
 
 def test_dp_fedavg_and_dp_dcco_fold_and_release_through_the_same_calls():
-  for path in ("aggregators/private.py", "methods/dcco.py"):
+  for path in ("aggregators/private.py", "methods/dcco_private.py"):
     assert re.search(r"\.fold\(|\.presummed\(", SOURCES[path]), path
   # DP-FedAvg's aggregator releases its sum; DP-DCCO's phases are the composer's releases.
   assert ".release_of(" in SOURCES["aggregators/private.py"]
-  assert "composer.Release(" in SOURCES["methods/dcco.py"]
+  assert "composer.Release(" in SOURCES["methods/dcco_private.py"]
   assert ".release_of(" in SOURCES["federated/composer.py"]
 
 
@@ -40,7 +40,7 @@ def test_clip_factors_are_computed_only_in_privacy():
   # a clip over a norm, appears only in the privacy package; the vectorized sites import it.
   rule = r"reciprocal(_no_nan)?\(norms?\)|clip_by_global_norm\(|clip\w* / \w*norm"
   assert [p for p in where(rule) if not p.startswith("privacy/")] == []
-  for path in ("losses/statistics.py", "methods/dcco.py"):
+  for path in ("losses/statistics.py", "methods/dcco_private.py"):
     assert "clip_lib.factors(" in SOURCES[path], path
 
 

@@ -14,7 +14,7 @@ from tff_ssl.data import AugmentConfig, two_views
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
-from tff_ssl.methods import dcco
+from tff_ssl.methods import dcco, dcco_term
 from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.methods.fedavg import FedAvgSSLProcess
@@ -305,10 +305,10 @@ def test_flat_vector_round_trip_and_bad_input():
 
 def test_dcco_clients_are_the_shared_client_work_with_the_statistics_term():
   from tff_ssl.federated import client_work
-  client = dcco.client_config(dcco.DCCOConfig(ssl="vicreg", local_steps=2))
+  client = dcco_term.client_config(dcco.DCCOConfig(ssl="vicreg", local_steps=2))
   assert isinstance(client, client_work.ClientConfig)
   assert client.ssl == "" and not client.step_views and client.local_steps == 2
-  assert [type(t) for t in client.terms] == [dcco.StatisticsTerm]
+  assert [type(t) for t in client.terms] == [dcco_term.StatisticsTerm]
   with pytest.raises(ValueError, match="at least one term"):
     client_work.ClientConfig(ssl="")
   with pytest.raises(ValueError, match="local_batch_size must be 0"):

@@ -24,7 +24,7 @@ from tests.privacy.test_per_client_clipping import (AUGMENT, ETA, HP, SEED, SHAP
 from tests.methods.test_dcco_statistics import functional_model
 from tff_ssl import experiment, losses
 from tff_ssl.federated import common, grouping
-from tff_ssl.methods import dcco, fedavg
+from tff_ssl.methods import dcco, dcco_private, dcco_term, fedavg
 from tff_ssl.methods.dcco import DCCOConfig
 
 M = 2
@@ -46,7 +46,7 @@ def test_a_clients_record_is_the_mean_over_its_view_pairs_then_clipped(float64):
   clients = _clients()[:5]  # Sizes 1, 2, 1, 4, 1.
   slot = grouping.pack(clients)[0]
   cfg = DCCOConfig(ssl="cco", hparams=HP, client_learning_rate=ETA, augment=AUGMENT, seed=SEED)
-  client = dcco.client_config(cfg)
+  client = dcco_term.client_config(cfg)
   weights = [tf.constant(w) for w in model.initial_weights]
   seed = common.round_seed(SEED, 0)
   entry = losses.get_statistics("cco")
@@ -57,12 +57,12 @@ def test_a_clients_record_is_the_mean_over_its_view_pairs_then_clipped(float64):
   records = []
   for c in clients:  # Each view pair alone: copy j of image i is id i * M + j.
     n = len(c["ids"])
-    pairs = [n * common.flatten(dcco.train_against(
+    pairs = [n * common.flatten(dcco_term.train_against(
         model, client, weights, seed, {"images": c["images"], "ids": c["ids"] * M + j},
         aggregate)[0]).numpy() for j in range(M)]
     assert not np.allclose(pairs[0], pairs[1])  # Each copy has views of its own.
     records.append(np.mean(pairs, axis=0))
-    together = n * common.flatten(dcco.train_against(
+    together = n * common.flatten(dcco_term.train_against(
         model, client, weights, seed, common.multiplied(c, M), aggregate)[0]).numpy()
     spread.within("a client's record from M copies vs the mean of its M pairs' records",
                   spread.relative_gap(together, records[-1]), 1e-10)
@@ -73,7 +73,7 @@ def test_a_clients_record_is_the_mean_over_its_view_pairs_then_clipped(float64):
   means = np.array([flat(entry.clipped_sum(f[a:b], g[a:b], tf.zeros([b - a], tf.int32), 1,
                                            1e300)[0]) / M for a, b in zip(bounds[:-1], bounds[1:])])
   stats_clip = float(np.median(np.linalg.norm(means, axis=1)))
-  segments, count = dcco.client_segments(common.multiplied(slot, M))
+  segments, count = dcco_private.client_segments(common.multiplied(slot, M))
   sums, stats_norms = entry.clipped_sum(f, g, segments, count, M * stats_clip)
   np.testing.assert_allclose(stats_norms.numpy() / M, np.linalg.norm(means, axis=1), rtol=1e-12)
   factors = np.minimum(1.0, stats_clip / np.linalg.norm(means, axis=1))
@@ -86,7 +86,7 @@ def test_a_clients_record_is_the_mean_over_its_view_pairs_then_clipped(float64):
   assert 0 < int(np.sum(norms > clip)) < len(clients)
   assert max(np.linalg.norm(r) for r in released) <= clip * (1 + 1e-12)
   # What the process computes: the M-fold records clipped to M C, then / M.
-  total, got_norms, _ = dcco.clipped_records(model, client.terms[0], AUGMENT, ETA, weights, seed,
+  total, got_norms, _ = dcco_private.clipped_records(model, client.terms[0], AUGMENT, ETA, weights, seed,
                                              common.multiplied(slot, M), aggregate, M * clip,
                                              chunk=4 * M)
   spread.within("batched M-fold clipped sum / M vs the clipped means",

@@ -1,5 +1,5 @@
 """DP-DCCO's per-client clipping at batch cost (issue 53): a slot's real clients' updates from
-per-image gradients in vectorized passes (`dcco.clipped_records`), against the reference loop that
+per-image gradients in vectorized passes (`dcco_private.clipped_records`), against the reference loop that
 trains each client in turn (`DCCOConfig.clip_loop`).
 
   * float64, the functions alone: on unequal clients (one-image ones among them), in chunks that cut
@@ -23,7 +23,7 @@ from tff_ssl import losses
 from tff_ssl.data import AugmentConfig
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.grouping import Simulation
-from tff_ssl.methods import dcco
+from tff_ssl.methods import dcco, dcco_private, dcco_term
 from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.models import layers
 from tff_ssl.privacy import PrivacyConfig
@@ -66,7 +66,7 @@ def test_batched_records_equal_each_clients_own_clipped_update(float64, name):
   slot = grouping.pack(clients)[0]
   cfg = DCCOConfig(ssl=name, hparams=HP, client_learning_rate=ETA, augment=AUGMENT, seed=SEED,
                    variance_anchor=0.25)
-  client = dcco.client_config(cfg)
+  client = dcco_term.client_config(cfg)
   weights = [tf.constant(w) for w in model.initial_weights]
   seed = common.round_seed(SEED, 0)
   entry = losses.get_statistics(name)
@@ -76,14 +76,14 @@ def test_batched_records_equal_each_clients_own_clipped_update(float64, name):
 
   records, losses_ = [], []
   for c in clients:  # The reference: each client's own local training.
-    delta, loss, _ = dcco.train_against(model, client, weights, seed, c, aggregate)
+    delta, loss, _ = dcco_term.train_against(model, client, weights, seed, c, aggregate)
     records.append(len(c["ids"]) * common.flatten(delta).numpy())
     losses_.append(float(loss))
   norms = np.array([np.linalg.norm(r) for r in records])
   clip = float(np.median(norms))  # Shortens four clients, leaves five.
   want = sum(r * clip / max(n, clip) for r, n in zip(records, norms))
 
-  total, got_norms, loss = dcco.clipped_records(model, client.terms[0], AUGMENT, ETA, weights,
+  total, got_norms, loss = dcco_private.clipped_records(model, client.terms[0], AUGMENT, ETA, weights,
                                                 seed, slot, aggregate, clip, chunk=CHUNK)
   assert 0 < int(np.sum(norms > clip)) < len(SIZES)
   spread.within(f"float64 {name}: batched clipped sum vs the clients' own",
@@ -107,7 +107,7 @@ def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
                       seed=test_dcco.SEED, privacy=privacy,
                       denominator=float(sum(len(c["ids"]) for c in clients)), clip_loop=clip_loop,
                       augmentations=augmentations)
-  assert dcco.batched_clipping(config) is not clip_loop
+  assert dcco_private.batched_clipping(config) is not clip_loop
   process = DCCOProcess(model, test_dcco.SHAPE, tff.learning.optimizers.build_sgdm(1.0), config,
                         Simulation(group_size=3))
   state = new_state = process.initialize()

@@ -90,7 +90,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("dcco_128x1", "dcco", 128, 1, phases=True),
     Scenario("fedavg_cco_32x4", "fedavg", 32, 4, client_learning_rate=0.1),
     # DP-DCCO at the cohorts where DP learns (issue 53): each real client's update clipped (one
-    # vectorized pass per chunk of images, `dcco.clipped_records`), beside the non-private round of
+    # vectorized pass per chunk of images, `dcco_private.clipped_records`), beside the non-private round of
     # the same clients. Noise multiplier 1 over a population of 60,000 one-image users.
     Scenario("dp_dcco_1024x1", "dcco", 1024, 1, baseline="non_private", fields=DP_FIELDS),
     Scenario("dp_dcco_4096x1", "dcco", 4096, 1, baseline="non_private", fields=DP_FIELDS),

@@ -29,6 +29,7 @@ from tff_ssl.benchmarks.common import (AUGMENT, Scenario, best_of, build_process
 from tff_ssl.federated import common, grouping
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.methods import dcco as dcco_lib
+from tff_ssl.methods import dcco_term
 
 FIELDS = ("scenario", "precision", "images_per_round", "reference_s", "grouped_s", "baseline",
           "baseline_s", "baseline_xla_s", "reference_ratio", "grouped_ratio", "peak_rss_python_mb",
@@ -206,11 +207,11 @@ def profile_grouped_dcco(scenario: Scenario, images: np.ndarray, model_builder, 
     return {"statistics": process.config.loss.statistics(*common.encode_views(model, w, v1, v2)),
             "count": tf.cast(tf.shape(ids)[0], process.dtype)}
 
-  client = dcco_lib.client_config(process.config)
+  client = dcco_term.client_config(process.config)
 
   @tf.function
   def phase2(w, x, ids, s, aggregate):
-    return dcco_lib.train_against(model, client, w, s, {"images": x, "ids": ids}, aggregate)
+    return dcco_term.train_against(model, client, w, s, {"images": x, "ids": ids}, aggregate)
 
   aggregate = phase1(weights, group["images"], group["ids"], tf.constant(seed))
   w_type = common.flat_type(model.weight_specs)

@@ -185,9 +185,9 @@ class Round:
                   order: Sequence[str] | None = None, single: bool = False):
     """The round over `phases` (default all, in order), taking earlier results they read as the
     arguments `given` after the round's own, and `aggregator_states` where a phase is stateful
-    (`order`: the parameters' order; default that one with the SERVER-placed ones first); it returns `outputs` (default the
-    round's) and, then, `aggregator_states` (`single`: the one output itself, for a stateless
-    round)."""
+    (`order`: the parameters' order; default that one, SERVER-placed first); it returns `outputs`
+    (default the round's) and, then, `aggregator_states` (`single`: the one output itself, for a
+    stateless round)."""
     chosen = [p for p in self.phases if phases is None or p.name in phases]
     outputs = self.outputs if outputs is None else tuple(outputs)
     stateful = [p for p in chosen if p.aggregation.stateful]

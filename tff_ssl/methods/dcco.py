@@ -53,17 +53,15 @@ from tff_ssl import ssl as ssl_lib
 from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig
 from tff_ssl.privacy import PrivacyConfig
-from tff_ssl.privacy import clip as clip_lib
-from tff_ssl.privacy.release import PrivateRelease, dp_event
+from tff_ssl.privacy.release import dp_event
 from tff_ssl.federated import client_work, common, composer, grouping
 from tff_ssl.federated import local_steps
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.models import layers
 from tff_ssl.federated.process import BuildContext
-from tff_ssl.losses.statistics import combined
 from tff_ssl.method import FEDERATED_FIELDS, Method
+from tff_ssl.methods import dcco_private, dcco_term
 
 STATISTICS_MODES = ("current", "previous")
 RELEASES = 2  # Under DP a round releases the clients' statistics, then their update.
@@ -94,22 +92,6 @@ DCCO_REFRESH_EVERY = Field(
     "runs both phases (fresh statistics) instead of one.", lower=0,
     note="0: only the first round")
 
-DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
-                           "encoding statistics' sum (N_k times its statistics).", lower=0,
-                           note="0: no clipping, only with noise multiplier 0")
-DP_STATISTICS_QUANTILE = Field(
-    "dp_statistics_quantile", 0.5, "DP-DCCO with --dp=gaussian_adaptive: the fraction of clients "
-    "a round whose statistics the adaptive clip aims to leave unclipped (the update's clip aims "
-    "at the median). Near 1 keeps the statistics clip above the norms: a clipped statistics "
-    "vector scales its means and second moments together (docs/privacy_scaling_mini.md).",
-    lower=0, upper=1, open_lower=True, open_upper=True)
-DP_STATISTICS_CLIP_RATE = Field(
-    "dp_statistics_clip_rate", 0.2, "DP-DCCO with --dp=gaussian_adaptive: the statistics clip's "
-    "geometric learning rate (a round moves it by exp(-rate (unclipped fraction - quantile)); "
-    "TFF's 0.2, which the update's clip keeps). Larger follows fast-shrinking norms. 0: the "
-    "statistics clip stays at --dp_statistics_clip, a fixed clip noised with the whole noise "
-    "multiplier (none of it spent on a clipped count), beside the update's adaptive clip: for "
-    "statistics of bounded norm (--projector_output=unit).", lower=0)
 
 
 
@@ -146,11 +128,11 @@ class DCCOConfig:
       raise ValueError(f"--dcco_refresh_every={self.refresh_every} refreshes one-round-old "
                        f"statistics; every two-phase round is fresh: set --dcco_statistics=previous "
                        f"or --dcco_refresh_every=0")
-    if self.mean_anchor and not set(MEAN_TERMS) <= set(entry.names):
+    if self.mean_anchor and not set(dcco_term.MEAN_TERMS) <= set(entry.names):
       raise ValueError(f"--dcco_mean_anchor={self.mean_anchor:g} penalizes the mean statistics "
-                       f"{' and '.join(MEAN_TERMS)}, which --ssl={self.ssl} has none of (its "
+                       f"{' and '.join(dcco_term.MEAN_TERMS)}, which --ssl={self.ssl} has none of (its "
                        f"statistics: {', '.join(entry.names)}): set --dcco_mean_anchor=0")
-    if self.variance_anchor and not has_variances(entry.names):
+    if self.variance_anchor and not dcco_term.has_variances(entry.names):
       raise ValueError(f"--dcco_variance_anchor={self.variance_anchor:g} penalizes per-dimension "
                        f"variances, which --ssl={self.ssl}'s statistics ({', '.join(entry.names)}) "
                        f"do not give: set --dcco_variance_anchor=0")
@@ -176,225 +158,6 @@ class DCCOConfig:
   def stale(self) -> bool:
     """Whether a round trains against the previous round's statistics (one phase)."""
     return self.statistics == "previous"
-
-
-MEAN_TERMS = ("mean_f", "mean_g")  # The statistics DCCO_MEAN_ANCHOR penalizes.
-# Each mean's per-dimension second moment: <x^2> itself, or the diagonal of <x x^T>.
-SECOND_MOMENTS = {"mean_f": ("mean_f2", "mean_ff"), "mean_g": ("mean_g2", "mean_gg")}
-
-
-def has_variances(names) -> bool:
-  """Whether statistics of these names give f's and g's per-dimension variances."""
-  return all(m in names and any(s in names for s in SECOND_MOMENTS[m]) for m in MEAN_TERMS)
-
-
-def variances(statistics) -> list[tf.Tensor]:
-  """[var f, var g], each [d]: <x^2> - <x>^2 per dimension of the statistics' encodings."""
-  out = []
-  for mean in MEAN_TERMS:
-    square, outer = SECOND_MOMENTS[mean]
-    second = (statistics[square] if square in statistics
-              else tf.linalg.diag_part(statistics[outer]))
-    out.append(second - tf.square(statistics[mean]))
-  return out
-
-
-def mean_anchor(statistics, weight: float) -> tf.Tensor:
-  """weight x (mean_d <f>_d^2 + mean_d <g>_d^2) of the statistics' mean encodings."""
-  return weight * tf.add_n([tf.reduce_mean(tf.square(statistics[n])) for n in MEAN_TERMS])
-
-
-def variance_anchor(statistics, weight: float) -> tf.Tensor:
-  """weight x (mean_d (var f_d - 1)^2 + mean_d (var g_d - 1)^2) of the statistics' encodings."""
-  return weight * tf.add_n([tf.reduce_mean(tf.square(v - 1.0)) for v in variances(statistics)])
-
-
-def _field(struct, name):
-  return struct[name] if isinstance(struct, dict) else getattr(struct, name)
-
-
-def _has(struct, name) -> bool:
-  return name in struct if isinstance(struct, dict) else hasattr(struct, name)
-
-
-class StatisticsTerm(client_work.ClientTerm):
-  """DCCO's client loss (eq. 3) as the client's one term: the statistics loss of
-  <>_C = <>_k + stop_gradient(<>_A - <>_k) over the round's aggregate <>_A and its count N.
-
-  What it carries (`carried["dcco"]`, given by the round): {"aggregate": {"statistics": <>_A,
-  "count": N}, "local": None}; after the first step "local" holds that step's <>_k (the statistics a
-  client releases with `--dcco_statistics=previous`). `eps`: the loss's variance floor (None: the
-  loss's own); DP-DCCO's aggregate carries its own ("eps": the loss's plus the noise's scale at the
-  round's statistics clip, `DCCOProcess.variance_eps`), which then takes its place."""
-
-  key = "dcco"
-
-  def __init__(self, ssl: str, hparams: ssl_lib.Hparams, eps: float | None = None,
-               anchor: float = 0.0, variance_anchor: float = 0.0):
-    self.ssl, self.hparams, self.eps = ssl, hparams, eps
-    self.anchor, self.variance_anchor = anchor, variance_anchor
-
-  @property
-  def stateful(self) -> bool:
-    return True
-
-  def loss(self, step, carried):
-    local = losses.get_statistics(self.ssl).statistics(step.outputs.z1, step.outputs.z2)
-    return self.value(local, carried["aggregate"]), local
-
-  def value(self, local, aggregate) -> tf.Tensor:
-    """The loss of <>_C = `local` + stop_gradient(<>_A - `local`): its value the aggregate's, its
-    gradient the aggregate's loss gradient applied to `local`."""
-    entry = losses.get_statistics(self.ssl)
-    statistics = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
-    both = combined(local, statistics)
-    eps = _field(aggregate, "eps") if _has(aggregate, "eps") else self.eps
-    value = entry.loss(both, _field(aggregate, "count"), self.hparams, eps)
-    if self.anchor:
-      value += mean_anchor(both, self.anchor)
-    if self.variance_anchor:
-      value += variance_anchor(both, self.variance_anchor)
-    return value
-
-  def after_step(self, carried, step, record):
-    del step
-    return carried if carried["local"] is not None else dict(carried, local=record)
-
-
-def client_config(cfg: DCCOConfig, eps: float | None = None) -> client_work.ClientConfig:
-  """DCCO's clients as the shared client work runs them: no SSL loss but the statistics term, the
-  round's views at every local step."""
-  return client_work.ClientConfig(
-      ssl="", terms=(StatisticsTerm(cfg.ssl, cfg.hparams, eps, cfg.mean_anchor,
-                                      cfg.variance_anchor),),
-      step_views=False,
-      client_optimizer=cfg.client_optimizer, client_learning_rate=cfg.client_learning_rate,
-      local_steps=cfg.local_steps, augment=cfg.augment, seed=cfg.seed)
-
-
-def train_against(model: FunctionalModel, client: client_work.ClientConfig, weights, seed, data,
-                  aggregate):
-  """Phase 2 for one client (or a group's images as one batch): `client_work.local_training` against
-  the round's `aggregate` ({"statistics": <>_A, "count": N}). Returns (Delta_k, the first step's
-  loss, the first step's local statistics <>_k).
-
-  The process's computations look it up by name when they are traced: `bin/benchmark --profile`
-  times it on its own, `tools/xla_check.py` wraps it."""
-  delta, loss, _, carried = client_work.local_training(
-      model, client, weights, seed, data, carried={"dcco": {"aggregate": aggregate, "local": None}})
-  return delta, loss, carried["dcco"]["local"]
-
-
-def batched_clipping(cfg: DCCOConfig) -> bool:
-  """Whether DP-DCCO's phase 2 clips each client's update from per-image gradients computed in
-  vectorized passes (`clipped_records`): where a client's update is one plain gradient step (its
-  loss is then linear in its images' statistics). Otherwise, and with `cfg.clip_loop`, each real
-  client of a slot trains in turn (`grouping.fold_clients`), the reference."""
-  return (not cfg.clip_loop and cfg.local_steps == 1 and cfg.client_optimizer == "sgd")
-
-
-# Per-image gradients held at once by `clipped_records`: a pass takes CLIP_FLOATS // P images (P the
-# model's parameters; at least one whole client). 2**27 floats (512 MB): 183 images of the demo
-# model (bin/benchmark --scenarios=dp_dcco_1024x1: 1.56-1.60x the non-private round).
-CLIP_FLOATS = 2 ** 27
-
-
-def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learning_rate, weights,
-                    seed, data, aggregate, clip, chunk: int | None = None):
-  """Phase 2 of DP-DCCO at a slot without a loop over its clients: (sum_k of client k's record N_k
-  Delta_k clipped to `clip`, the records' norms before the clip [K], the loss). Delta_k as
-  `train_against` gives it (the start weights minus the trained ones); the loss is every client's,
-  the aggregate's.
-
-  With one plain gradient step, Delta_k = eta grad l_k, and l_k is linear in client k's statistics
-  <>_k = (1/N_k) sum_n s_n (`StatisticsTerm.value`), so N_k Delta_k = eta sum_{n in k} grad l(s_n):
-  per-image gradients of the linearized loss (`linearized`: G = dL/d<> taken once at the aggregate,
-  `statistics_gradient`), taken `chunk` images at a time (whole clients: a larger client alone) in
-  one `tf.vectorized_map` (one image per iteration: the encoder treats images apart; convolutions
-  take `layers.sliced_filter_gradients`), summed by client, clipped (`privacy.clip.factors`) and added up.
-  `chunk`: images a pass (None: `CLIP_FLOATS` // P)."""
-  if chunk is None:
-    chunk = max(1, CLIP_FLOATS // sum(int(np.prod(s.shape)) for s in model.weight_specs))
-  entry = losses.get_statistics(term.ssl)
-  v1, v2 = common.views(data, seed, augment)
-  segments, count = client_segments(data)
-  bounds = tf.math.segment_max(tf.range(1, tf.size(segments) + 1), segments)  # Each client's end.
-
-  gradient, value = statistics_gradient(term, aggregate)
-
-  def one_image(views):
-    with tf.GradientTape() as tape, layers.sliced_filter_gradients():
-      tape.watch(weights)
-      f, g = common.encode_views(model, weights, views[0][None], views[1][None])
-      linear = linearized(entry, gradient, f, g)
-    return tape.gradient(linear, weights), linear
-
-  @tf.function(autograph=False)  # The loop is explicit; no per-iteration intermediates kept.
-  def loop(v1, v2, segments, bounds, zero):
-    eta = tf.cast(learning_rate, zero.dtype)
-
-    def body(start, total, norms):
-      fits = tf.boolean_mask(bounds, bounds <= start + chunk)
-      end = tf.maximum(tf.reduce_max(tf.concat([fits, [0]], 0)),
-                       tf.reduce_min(tf.boolean_mask(bounds, bounds > start)))
-      grads, _ = tf.vectorized_map(one_image, (v1[start:end], v2[start:end]))
-      clients = segments[start:end] - segments[start]
-      count = clients[-1] + 1
-      # Per client: the sum of its images' gradients (each image its own client: as they are).
-      grads = tf.cond(tf.equal(count, end - start), lambda: [tf.identity(g) for g in grads],
-                      lambda: [tf.math.unsorted_segment_sum(g, clients, count) for g in grads])
-      chunk_norms = eta * tf.sqrt(tf.add_n([
-          tf.reduce_sum(tf.square(tf.reshape(g, [count, -1])), 1) for g in grads]))
-      factor = clip_lib.factors(chunk_norms, clip) * eta
-      total = [t + tf.tensordot(factor, g, [[0], [0]]) for t, g in zip(total, grads)]
-      norms = tf.tensor_scatter_nd_update(
-          norms, (tf.range(count) + segments[start])[:, None], chunk_norms)
-      return end, total, norms
-
-    _, total, norms = tf.while_loop(
-        lambda start, *_: start < tf.size(segments), body,
-        (tf.constant(0), [tf.zeros(s.shape, zero.dtype) for s in model.weight_specs],
-         tf.zeros([count], zero.dtype)))
-    return common.flatten(total), norms
-
-  total, norms = loop(v1, v2, segments, bounds, tf.zeros([], weights[0].dtype))
-  return total, norms, value
-
-
-def statistics_gradient(term: StatisticsTerm, aggregate):
-  """(G, the loss): G = the loss's gradient with respect to the statistics at the aggregate, by
-  which every client's loss multiplies its own statistics (`StatisticsTerm.value`)."""
-  entry = losses.get_statistics(term.ssl)
-  stats = losses.statistics.as_statistics(entry, _field(aggregate, "statistics"))
-  with tf.GradientTape() as tape:
-    tape.watch(list(stats.values()))
-    value = term.value(stats, aggregate)
-  return collections.OrderedDict(zip(stats, tape.gradient(value, list(stats.values())))), value
-
-
-def linearized(entry, gradient, f, g) -> tf.Tensor:
-  """sum over the statistics of <G_s, s(f, g)> for one image's encodings `f`, `g` ([1, d]): its
-  loss's linear part, whose gradient is the client's. An outer-product statistic a b^T enters as
-  a^T G b, never formed (d x d per image)."""
-  total = []
-  for t in entry.terms:
-    a = t.of(f, g)[0]
-    if t.outer is None:
-      total.append(tf.reduce_sum(gradient[t.name] * a))
-    else:
-      total.append(tf.reduce_sum(a * tf.linalg.matvec(gradient[t.name], t.outer(f, g)[0])))
-  return tf.add_n(total)
-
-
-def client_segments(data):
-  """(each image's client index, the number of clients) of a slot (reference mode: one client)."""
-  sizes = data["sizes"] if isinstance(data, dict) and "sizes" in data else getattr(
-      data, "sizes", None)
-  n = tf.shape(data["images"] if isinstance(data, dict) else data.images)[0]
-  if sizes is None:
-    return tf.zeros([n], tf.int32), 1
-  count = tf.shape(sizes)[0]
-  return tf.repeat(tf.range(count), sizes), count
 
 
 class DCCOProcess(server_step.ServerLoop):
@@ -478,19 +241,19 @@ class DCCOProcess(server_step.ServerLoop):
     # One batched pass is exact for a group when the update is linear in the gradient (module doc).
     batched = not self.simulation.grouped or (cfg.local_steps == 1 and
                                               self.simulation.batch_one_step)
-    client = client_config(cfg)
+    client = dcco_term.client_config(cfg)
     release = cfg.stale  # Phase 2 also returns the clients' statistics (the next round's).
 
     @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.aggregate_type, self.data_type)
     def client_update(weights, seed, aggregate, data):
       weights = common.unflatten_tensors(weights, specs)
       if batched:
-        delta, loss, local = train_against(model, client, weights, seed, data, aggregate)
+        delta, loss, local = dcco_term.train_against(model, client, weights, seed, data, aggregate)
         out = (common.flatten(delta), self._weight_of(data), loss)
         return out + (local,) if release else out
 
       def one_client(images, ids, acc):
-        delta, loss, local = train_against(model, client, weights, seed,
+        delta, loss, local = dcco_term.train_against(model, client, weights, seed,
                                            {"images": images, "ids": ids}, aggregate)
         n = tf.cast(tf.shape(ids)[0], dtype)
         # The released statistics are summed only where they are released (d x d a client).
@@ -517,7 +280,8 @@ class DCCOProcess(server_step.ServerLoop):
                  ("seed", tff.FederatedType(common.SEED_TYPE, tff.SERVER)),
                  ("data", tff.FederatedType(self.data_type, tff.CLIENTS))]
     if cfg.privacy.enabled:
-      return composer.Round(arguments, self._private_phases(), ("update", "loss", "diagnostics"))
+      return composer.Round(arguments, dcco_private.private_phases(self),
+                            ("update", "loss", "diagnostics"))
     release = cfg.stale  # The update phase also releases this round's statistics (the next's).
     stats_agg, update_agg, value = composer.Mean(), composer.Mean(), composer.first
     if cfg.privacy.any:  # TFF's secure or compressed weighted means (no DP).
@@ -570,141 +334,6 @@ class DCCOProcess(server_step.ServerLoop):
         ["update"], given=[("aggregate", tff.FederatedType(self.aggregate_type, tff.SERVER))],
         order=["weights", "seed", "aggregate", "data"])
 
-  # -- DP: both phases as private releases --------------------------------------------------------
-  def _private_phases(self) -> list[composer.Phase]:
-    """DP-DCCO: both phases through `privacy.release` (each real client's N_k-times value clipped
-    and summed in its slot, `PrivateRelease.fold`; the sum noised over the public denominator,
-    `ReleaseProcess.release`), as DP-FedAvg's update is (`aggregators.private`). Sets
-    `variance_eps`."""
-    cfg, privacy, sigma = self.config, self.config.privacy, self.config.privacy.sigma
-    stat_specs = [tf.TensorSpec(t.shape, tf.as_dtype(t.dtype)) for t in self.stats_type]
-    # A client's values are sums over its N_k images; gaussian_adaptive's votes count clients.
-    records = float(privacy.clients_per_round)
-    stats_phase = PrivateRelease(privacy, sigma, cfg.denominator, stat_specs, release=0,
-                                 statistics=True, records=records).create()
-    update_phase = PrivateRelease(privacy, sigma, cfg.denominator,
-                                  [common.flat_spec(self.model.weight_specs)], release=1,
-                                  records=records).create()
-    self.noise_multiplier = sigma
-    # The noised <F^2> and <F>^2 are each off by about sigma C_s / D: a variance below that is
-    # noise, and dividing by its square root amplifies the noise without bound (seen: losses of
-    # 1e14 at sigma 1). Post-processing (free under DP): the noise's scale joins eps, at the clip
-    # the round's statistics were released with (gaussian_adaptive's moves; `variance_eps`).
-    self.variance_eps = cfg.loss.eps
-    eps_per_clip = (0.0 if privacy.statistics_unclipped else
-                    sigma * privacy.noise_scale / cfg.denominator)
-    self.eps_per_clip = eps_per_clip
-    self.variance_eps += eps_per_clip * privacy.clip_value(statistics=True)
-    self.dp_aggregate_type = tff.StructWithPythonType(
-        [("statistics", self.stats_type), ("count", tff.TensorType(self.dtype.as_numpy_dtype)),
-         ("eps", tff.TensorType(self.dtype.as_numpy_dtype))],
-        collections.OrderedDict)
-    self.client_statistics_sum = self._client_statistics_sum(stats_phase)
-    self.client_update_sum = self._client_update_sum(update_phase)
-    entry, dtype, loss_eps = cfg.loss, self.dtype, cfg.loss.eps
-
-    @tff.tensorflow.computation(tff.StructType([("value", tff.StructWithPythonType(
-        [tff.TensorType(s.dtype.as_numpy_dtype, s.shape) for s in stat_specs], list)),
-                                                ("clip", np.float32)]))
-    def as_aggregate(value):
-      # The noised sum over the public denominator, which is also the count; the variance floor
-      # at the clip the statistics were released with.
-      return collections.OrderedDict(
-          statistics=collections.OrderedDict(zip(entry.names, value.value)),
-          count=tf.constant(cfg.denominator, dtype),
-          eps=tf.cast(loss_eps + eps_per_clip * tf.cast(value.clip, tf.float64), dtype))
-
-    def statistics(agg, out, names):
-      del out
-      # This round's clip (an adaptive one moves).
-      clip = stats_phase.clip(names["aggregator_states"]["statistics"])
-      return collections.OrderedDict(
-          aggregate=tff.federated_map(as_aggregate, tff.federated_zip(
-              collections.OrderedDict(value=agg.result, clip=clip))),
-          statistics_measured=agg.measurements, statistics_clip=clip)
-
-    def update(agg, out, names):
-      s, u = names["statistics_measured"], agg.measurements
-      return collections.OrderedDict(
-          update=agg.result[0], loss=tff.federated_mean(out[2], weight=out[1]),
-          diagnostics=tff.federated_zip(collections.OrderedDict(
-              statistics_norm=s.norm, statistics_clipped=s.clipped,
-              statistics_clip=names["statistics_clip"], statistics_signal=s.signal_norm,
-              statistics_noise=s.noise_norm,
-              update_norm=u.norm, update_clipped=u.clipped,
-              update_clip=update_phase.clip(names["aggregator_states"]["update"]),
-              update_signal=u.signal_norm, update_noise=u.noise_norm)))
-
-    return [
-        composer.Phase("statistics", self.client_statistics_sum,
-                       ("weights", "seed", "data", "params"), composer.Release(stats_phase),
-                       ("aggregate", "statistics_measured", "statistics_clip"), statistics,
-                       value=lambda out, at: out, weight=None),
-        composer.Phase("update", self.client_update_sum,
-                       ("weights", "seed", "aggregate", "data", "params"),
-                       composer.Release(update_phase), ("update", "loss", "diagnostics"), update,
-                       weight=None)]
-
-  def _client_statistics_sum(self, phase):
-    """Phase 1 at a slot under DP: each real client's N_k <>_k clipped to the statistics clip,
-    summed (one batched pass, `StatisticsLoss.clipped_sum`), as `PrivateRelease.fold` would."""
-    model, cfg, specs, release = self.model, self.config, self.model.weight_specs, phase.release
-
-    m = cfg.augmentations
-
-    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.data_type, phase.params_type)
-    def client_statistics_sum(weights, seed, data, params):
-      weights = common.unflatten_tensors(weights, specs)
-      data = common.multiplied(data, m)
-      v1, v2 = common.views(data, seed, cfg.augment)
-      f, g = common.encode_views(model, weights, v1, v2)
-      segments, count = client_segments(data)
-      # A client's record is its images' sum over the m copies / m: the m-fold sum clipped to
-      # m C, then / m (min(1, mC / |S|) S / m = min(1, C / |S / m|) S / m).
-      sums, norms = cfg.loss.clipped_sum(f, g, segments, count, m * release.clip_of(params))
-      return release.presummed([v / m for v in sums.values()], norms / m, params)
-
-    return client_statistics_sum
-
-  def _client_update_sum(self, phase):
-    """Phase 2 at a slot under DP: each real client's N_k Delta_k clipped to the update clip and
-    summed (`PrivateRelease.fold`), with the images and their loss."""
-    model, specs, release = self.model, self.model.weight_specs, phase.release
-    client = client_config(self.config, self.variance_eps)
-    batched = batched_clipping(self.config)
-    m = self.config.augmentations
-
-    @tff.tensorflow.computation(self.w_type, common.SEED_TYPE, self.dp_aggregate_type,
-                                self.data_type, phase.params_type)
-    def client_update_sum(weights, seed, aggregate, data, params):
-      weights = common.unflatten_tensors(weights, specs)
-      if batched:  # With m copies an image: the m-fold record clipped to m C, then / m.
-        record, norms, loss = clipped_records(model, client.terms[0], client.augment,
-                                              client.client_learning_rate, weights, seed,
-                                              common.multiplied(data, m), aggregate,
-                                              m * release.clip_of(params))
-        n = tf.cast(tf.size(client_segments(data)[0]), tf.float32)
-        return (release.presummed([record / m], tf.cast(norms / m, tf.float32), params), n,
-                tf.cast(loss, tf.float32))
-
-      def one_client(images, ids, acc):
-        # Its update from the mean loss over the m copies' views: the mean of the m updates.
-        delta, loss, _ = train_against(model, client, weights, seed, common.multiplied(
-            {"images": images, "ids": ids}, m), aggregate)
-        n = tf.cast(tf.shape(ids)[0], tf.float32)
-        return (release.fold(acc[0], params, [n * common.flatten(delta)]), acc[1] + n,
-                acc[2] + n * loss)
-
-      zero = tf.constant(0.0)
-      start = (release.empty(), zero, zero)
-      if self.simulation.grouped:
-        contribution, n, loss_sum = grouping.fold_clients(data, one_client, start)
-      else:
-        contribution, n, loss_sum = one_client(data.images, data.ids, start)
-      return contribution, n, loss_sum / n
-
-    return client_update_sum
-
   def initial_method_state(self):
     """`--dcco_statistics=previous`: the aggregate statistics the next round trains against (count 0:
     none yet, so the first round runs both phases); otherwise none."""
@@ -754,26 +383,8 @@ class DCCOProcess(server_step.ServerLoop):
                                            out.get("aggregator_state", ()), out.get("next"))
     if self.config.privacy.enabled:  # Both releases: the statistics, then the update.
       metrics["dp_events"] = [dp_event(out["aggregator_state"][k]) for k in ("statistics", "update")]
-      # Per client (its N_k-times sums): the mean norm and the fraction the clip shortened.
-      d, k = out["diagnostics"], float(len(clients))
-      # Each release's noise-to-signal: the noise's norm over the clipped sum's (`release_of`).
-      metrics["aggregation"] = collections.OrderedDict(
-          clients=np.float32(k), statistics_norm=np.float32(d["statistics_norm"] / k),
-          statistics_clipped_fraction=np.float32(d["statistics_clipped"] / k),
-          statistics_clip=np.float32(d["statistics_clip"]),
-          statistics_noise_to_signal=noise_to_signal(d["statistics_noise"],
-                                                     d["statistics_signal"]),
-          update_norm=np.float32(d["update_norm"] / k),
-          update_clipped_fraction=np.float32(d["update_clipped"] / k),
-          update_clip=np.float32(d["update_clip"]),
-          update_noise_to_signal=noise_to_signal(d["update_noise"], d["update_signal"]))
+      metrics["aggregation"] = dcco_private.measurements(out["diagnostics"], len(clients))
     return new_state, metrics
-
-
-def noise_to_signal(noise, signal) -> np.float32:
-  """A release's noise norm over its clean sum's norm (inf for a zero sum with noise)."""
-  noise, signal = float(noise), float(signal)
-  return np.float32(noise / signal if signal > 0 else (np.inf if noise > 0 else 0.0))
 
 
 def _with_count(statistics, weights):
@@ -817,7 +428,8 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 METHOD = Method(
     name="dcco", kind="federated",
     fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (
-        DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
+        dcco_private.DP_STATISTICS_CLIP, dcco_private.DP_STATISTICS_QUANTILE,
+        dcco_private.DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
         DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build, dp_releases=RELEASES,

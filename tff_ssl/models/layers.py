@@ -185,7 +185,7 @@ def sliced_filter_gradients():
   slice of its input with its output's gradient per kernel offset (`sliced_conv2d`), not TF's
   Conv2DBackpropFilter, which `tf.vectorized_map` cannot vectorize over per-example inputs (pfor
   falls back to a while_loop over the examples): per-example gradients at about batch cost (DP-DCCO's
-  per-client clipping, `methods.dcco.clipped_records`). The same gradient up to round-off."""
+  per-client clipping, `methods.dcco_private.clipped_records`). The same gradient up to round-off."""
   previous = getattr(_gradients, "sliced", False)
   _gradients.sliced = True
   try:

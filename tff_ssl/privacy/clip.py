@@ -4,8 +4,8 @@
 
 as tensorflow_privacy's per-record clip scales it (`tf.clip_by_global_norm`, which the queries'
 `preprocess_record` calls for DP-FedAvg's updates and DP-DCCO's per-client loop). DP-DCCO's
-vectorized records (its statistics' per-client sums, `losses.statistics.StatisticsLoss.clipped_sum`,
-and its per-image update records, `methods.dcco.clipped_records`) compute many records' norms at
+vectorized records (its statistics' per-client sums, `StatisticsLoss.clipped_sum`, and its
+per-image update records, `methods.dcco_private.clipped_records`) compute many records' norms at
 once and scale them by `factors`; tests/test_single_paths.py keeps clip factors in this package.
 """
 

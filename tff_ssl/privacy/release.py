@@ -80,7 +80,7 @@ class PrivateRelease:
 
   def presummed(self, record, norms, params):
     """The contribution of records clipped and summed in one batched pass (DCCO's statistics,
-    `StatisticsLoss.clipped_sum`, and updates, `dcco.clipped_records`), given the clients' norms
+    `StatisticsLoss.clipped_sum`, and updates, `dcco_private.clipped_records`), given the clients' norms
     before the clip, as `fold` would give it. gaussian_adaptive's record also holds the clients'
     votes on the clip (tfp's quantile estimator reads only a record's norm: each vote is its
     `preprocess_record` of the norm)."""
