@@ -47,7 +47,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_ssl import losses
-from tff_ssl import data as data_lib
 from tff_ssl import privacy as privacy_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.config_fields import Field
@@ -70,29 +69,10 @@ DCCO_STATISTICS = Field(
     "exactly the centralized gradient) or the previous round's aggregate (previous: one phase, "
     "about one centralized step's cost, statistics one round stale).", choices=STATISTICS_MODES)
 
-DCCO_MEAN_ANCHOR = Field(
-    "dcco_mean_anchor", 0.0, "DCCO: weight of a penalty on the union's mean encodings, "
-    "weight x (mean_d <f>_d^2 + mean_d <g>_d^2), added to a loss with mean statistics (CCO, VICReg). "
-    "Those losses leave the means free, and with --dcco_statistics=previous a drifting mean "
-    "mis-centres every one-round-old covariance; the penalty pulls the means toward 0 (measured "
-    "not to make one-computation DCCO train: docs/dcco_statistics_mini.md).", lower=0,
-    note="0: the loss alone")
-
-DCCO_VARIANCE_ANCHOR = Field(
-    "dcco_variance_anchor", 0.0, "DCCO: weight of a penalty on the union's per-dimension encoding "
-    "variances, weight x (mean_d (var f_d - 1)^2 + mean_d (var g_d - 1)^2), added to a loss with "
-    "mean and second-moment statistics (CCO, VICReg). CCO ignores each feature's scale; with "
-    "--dcco_statistics=previous a feature whose spread shrank since the last round is divided by "
-    "its older, larger spread, and spreads collapse; the penalty pulls them toward 1 (measured "
-    "not to make one-computation DCCO train: docs/dcco_statistics_mini.md).", lower=0,
-    note="0: the loss alone")
-
 DCCO_REFRESH_EVERY = Field(
     "dcco_refresh_every", 0, "DCCO with --dcco_statistics=previous: every this many rounds, a round "
     "runs both phases (fresh statistics) instead of one.", lower=0,
     note="0: only the first round")
-
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,8 +88,8 @@ class DCCOConfig:
   privacy: PrivacyConfig = PrivacyConfig()  # privacy.releases is 2: the statistics, the update.
   # DP-DCCO's public denominator: the expected images per round (0: without DP, the exact N).
   denominator: float = 0.0
-  mean_anchor: float = 0.0  # DCCO_MEAN_ANCHOR's weight (0: none).
-  variance_anchor: float = 0.0  # DCCO_VARIANCE_ANCHOR's weight (0: none).
+  mean_anchor: float = 0.0  # dcco_term.MEAN_ANCHOR's weight (0: none).
+  variance_anchor: float = 0.0  # dcco_term.VARIANCE_ANCHOR's weight (0: none).
   refresh_every: int = 0  # DCCO_REFRESH_EVERY (0: only the first round runs both phases).
   # DP-DCCO's phase 2: clip each client in a loop even where one vectorized pass could
   # (`batched_clipping`; the reference the tests compare it with).
@@ -121,34 +101,15 @@ class DCCOConfig:
   def __post_init__(self):
     entry = losses.get_statistics(self.ssl)
     DCCO_STATISTICS.check(self.statistics)
-    DCCO_MEAN_ANCHOR.check(self.mean_anchor)
-    DCCO_VARIANCE_ANCHOR.check(self.variance_anchor)
     DCCO_REFRESH_EVERY.check(self.refresh_every)
     if self.refresh_every and not self.stale:
       raise ValueError(f"--dcco_refresh_every={self.refresh_every} refreshes one-round-old "
                        f"statistics; every two-phase round is fresh: set --dcco_statistics=previous "
                        f"or --dcco_refresh_every=0")
-    if self.mean_anchor and not set(dcco_term.MEAN_TERMS) <= set(entry.names):
-      raise ValueError(f"--dcco_mean_anchor={self.mean_anchor:g} penalizes the mean statistics "
-                       f"{' and '.join(dcco_term.MEAN_TERMS)}, which --ssl={self.ssl} has none of (its "
-                       f"statistics: {', '.join(entry.names)}): set --dcco_mean_anchor=0")
-    if self.variance_anchor and not dcco_term.has_variances(entry.names):
-      raise ValueError(f"--dcco_variance_anchor={self.variance_anchor:g} penalizes per-dimension "
-                       f"variances, which --ssl={self.ssl}'s statistics ({', '.join(entry.names)}) "
-                       f"do not give: set --dcco_variance_anchor=0")
+    dcco_term.check_anchors(entry, self.mean_anchor, self.variance_anchor)
     local_steps.check_client_training(self.local_steps, self.client_optimizer,
-                                 self.client_learning_rate)
-    if self.stale and self.privacy.any:
-      raise ValueError("--dcco_statistics=previous releases each round's statistics beside its "
-                       "update in one computation; DP, secure sums and compression are built for "
-                       "the two-phase round: use --dcco_statistics=current")
-    if self.privacy.enabled:
-      if not self.denominator > 0:
-        raise ValueError(f"DP-DCCO divides its noised sums by a public count of images per round; "
-                         f"got denominator {self.denominator}")
-    if self.augmentations < 1 or (self.augmentations > 1 and not self.privacy.enabled):
-      raise ValueError(f"DP-DCCO's view pairs must be 1, or more with DP; got {self.augmentations}")
-
+                                      self.client_learning_rate)
+    dcco_private.check(self)
 
   @property
   def loss(self) -> losses.statistics.StatisticsLoss:
@@ -395,17 +356,7 @@ def _with_count(statistics, weights):
 
 def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
   """DCCO's typed configs of an `ExperimentConfig` (building them validates them)."""
-  private = privacy_lib.from_config(config, releases=RELEASES, statistics_clip=config.dp_statistics_clip,
-                                    statistics_quantile=config.dp_statistics_quantile,
-                                    statistics_clip_rate=config.dp_statistics_clip_rate)
-  privacy_lib.check_simulation(private, config.simulation)
-  denominator = 0.0
-  if private.enabled:
-    if not data_lib.PARTITIONS[config.partition].fixed_size:
-      raise ValueError(f"DP-DCCO divides its noised sums by the expected images per round, public "
-                       f"only where every client holds --samples_per_client images; partition "
-                       f"{config.partition!r} has clients of unequal size: use a fixed-size one")
-    denominator = float(config.clients_per_round * config.samples_per_client)
+  private, denominator = dcco_private.from_config(config, RELEASES)
   return (DCCOConfig(ssl=config.ssl, hparams=ssl_lib.hparams_of(config),
                      statistics=config.dcco_statistics, client_optimizer=config.client_optimizer,
                      client_learning_rate=config.client_learning_rate,
@@ -430,7 +381,7 @@ METHOD = Method(
     fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (
         dcco_private.DP_STATISTICS_CLIP, dcco_private.DP_STATISTICS_QUANTILE,
         dcco_private.DP_STATISTICS_CLIP_RATE, DCCO_STATISTICS,
-        DCCO_MEAN_ANCHOR, DCCO_VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
+        dcco_term.MEAN_ANCHOR, dcco_term.VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build, dp_releases=RELEASES,
     no_batch_heads=("DCCO's clients hold as few as one image, and its server averages their "

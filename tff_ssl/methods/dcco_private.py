@@ -18,12 +18,15 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_ssl import data as data_lib
 from tff_ssl import losses
+from tff_ssl import privacy as privacy_lib
 from tff_ssl.config_fields import Field
 from tff_ssl.federated import common, composer, grouping
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.methods.dcco_term import StatisticsTerm, client_config, field_of, train_against
 from tff_ssl.models import layers
+from tff_ssl.privacy import PrivacyConfig
 from tff_ssl.privacy import clip as clip_lib
 from tff_ssl.privacy.release import PrivateRelease
 
@@ -43,6 +46,36 @@ DP_STATISTICS_CLIP_RATE = Field(
     "statistics clip stays at --dp_statistics_clip, a fixed clip noised with the whole noise "
     "multiplier (none of it spent on a clipped count), beside the update's adaptive clip: for "
     "statistics of bounded norm (--projector_output=unit).", lower=0)
+
+
+def from_config(config, releases: int) -> tuple[PrivacyConfig, float]:
+  """(DCCO's privacy settings of an `ExperimentConfig`, its releases' public denominator: under DP
+  the expected images per round, else 0)."""
+  private = privacy_lib.from_config(config, releases=releases,
+                                    statistics_clip=config.dp_statistics_clip,
+                                    statistics_quantile=config.dp_statistics_quantile,
+                                    statistics_clip_rate=config.dp_statistics_clip_rate)
+  privacy_lib.check_simulation(private, config.simulation)
+  if not private.enabled:
+    return private, 0.0
+  if not data_lib.PARTITIONS[config.partition].fixed_size:
+    raise ValueError(f"DP-DCCO divides its noised sums by the expected images per round, public "
+                     f"only where every client holds --samples_per_client images; partition "
+                     f"{config.partition!r} has clients of unequal size: use a fixed-size one")
+  return private, float(config.clients_per_round * config.samples_per_client)
+
+
+def check(cfg) -> None:
+  """ValueError where a `DCCOConfig`'s privacy settings do not compose with its round."""
+  if cfg.stale and cfg.privacy.any:
+    raise ValueError("--dcco_statistics=previous releases each round's statistics beside its "
+                     "update in one computation; DP, secure sums and compression are built for "
+                     "the two-phase round: use --dcco_statistics=current")
+  if cfg.privacy.enabled and not cfg.denominator > 0:
+    raise ValueError(f"DP-DCCO divides its noised sums by a public count of images per round; "
+                     f"got denominator {cfg.denominator}")
+  if cfg.augmentations < 1 or (cfg.augmentations > 1 and not cfg.privacy.enabled):
+    raise ValueError(f"DP-DCCO's view pairs must be 1, or more with DP; got {cfg.augmentations}")
 
 
 def batched_clipping(cfg) -> bool:

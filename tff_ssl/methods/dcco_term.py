@@ -11,11 +11,29 @@ import tensorflow as tf
 
 from tff_ssl import losses
 from tff_ssl import ssl as ssl_lib
+from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_work
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.losses.statistics import combined
 
-MEAN_TERMS = ("mean_f", "mean_g")  # The statistics DCCO_MEAN_ANCHOR penalizes.
+MEAN_ANCHOR = Field(
+    "dcco_mean_anchor", 0.0, "DCCO: weight of a penalty on the union's mean encodings, "
+    "weight x (mean_d <f>_d^2 + mean_d <g>_d^2), added to a loss with mean statistics (CCO, VICReg). "
+    "Those losses leave the means free, and with --dcco_statistics=previous a drifting mean "
+    "mis-centres every one-round-old covariance; the penalty pulls the means toward 0 (measured "
+    "not to make one-computation DCCO train: docs/dcco_statistics_mini.md).", lower=0,
+    note="0: the loss alone")
+
+VARIANCE_ANCHOR = Field(
+    "dcco_variance_anchor", 0.0, "DCCO: weight of a penalty on the union's per-dimension encoding "
+    "variances, weight x (mean_d (var f_d - 1)^2 + mean_d (var g_d - 1)^2), added to a loss with "
+    "mean and second-moment statistics (CCO, VICReg). CCO ignores each feature's scale; with "
+    "--dcco_statistics=previous a feature whose spread shrank since the last round is divided by "
+    "its older, larger spread, and spreads collapse; the penalty pulls them toward 1 (measured "
+    "not to make one-computation DCCO train: docs/dcco_statistics_mini.md).", lower=0,
+    note="0: the loss alone")
+
+MEAN_TERMS = ("mean_f", "mean_g")  # The statistics MEAN_ANCHOR penalizes.
 # Each mean's per-dimension second moment: <x^2> itself, or the diagonal of <x x^T>.
 SECOND_MOMENTS = {"mean_f": ("mean_f2", "mean_ff"), "mean_g": ("mean_g2", "mean_gg")}
 
@@ -23,6 +41,20 @@ SECOND_MOMENTS = {"mean_f": ("mean_f2", "mean_ff"), "mean_g": ("mean_g2", "mean_
 def has_variances(names) -> bool:
   """Whether statistics of these names give f's and g's per-dimension variances."""
   return all(m in names and any(s in names for s in SECOND_MOMENTS[m]) for m in MEAN_TERMS)
+
+
+def check_anchors(entry: losses.statistics.StatisticsLoss, mean: float, variance: float) -> None:
+  """ValueError where an anchor of weight `mean` / `variance` penalizes statistics `entry` lacks."""
+  MEAN_ANCHOR.check(mean)
+  VARIANCE_ANCHOR.check(variance)
+  if mean and not set(MEAN_TERMS) <= set(entry.names):
+    raise ValueError(f"--dcco_mean_anchor={mean:g} penalizes the mean statistics "
+                     f"{' and '.join(MEAN_TERMS)}, which --ssl={entry.name} has none of (its "
+                     f"statistics: {', '.join(entry.names)}): set --dcco_mean_anchor=0")
+  if variance and not has_variances(entry.names):
+    raise ValueError(f"--dcco_variance_anchor={variance:g} penalizes per-dimension variances, "
+                     f"which --ssl={entry.name}'s statistics ({', '.join(entry.names)}) do not "
+                     f"give: set --dcco_variance_anchor=0")
 
 
 def variances(statistics) -> list[tf.Tensor]:
