@@ -52,10 +52,14 @@ CONTRACT = {
 }
 
 
-# Each client add-on (`tff_ssl.methods.addons`) on a method that takes it, the same contract: FedX and
-# FedU² (FUR and EUA) on FedSimCLR, as their authors' code runs them (FedX's gained predictor; a
+# Each add-on (`tff_ssl.methods.addons`) on a method that takes it, the same contract: FedFoA on
+# FedBYOL; FedX and FedU² (FUR and EUA) on FedSimCLR, as their authors' code runs them (FedX's gained predictor; a
 # stateful client's start apart from the global model: tests/methods/test_fedx.py).
 ADDON_CONTRACT = {
+    # FedFoA's bank on FedBYOL (its stage wraps the stateful clients'), from round 0, a client's
+    # batch at least the projection's 16 dimensions.
+    "fedfoa": ["--method=fedbyol", "--rounds=2", "--ssl=byol", "--fedfoa", "--fedfoa_warmup=0",
+               *CLIENTS, "--samples_per_client=16"],
     "fedx": ["--method=fedavg", "--rounds=2", "--ssl=simclr", "--fedx", *CLIENTS],
     "fedu2": ["--method=fedavg", "--rounds=2", "--ssl=simclr", "--fedu2_fur", "--fedu2_eua",
               *CLIENTS],
@@ -88,6 +92,12 @@ def run(out, name):
   return ended
 
 
+def host(name) -> str:
+  """The method a contract runs: its own, or an add-on's host (its --method)."""
+  flags = ADDON_CONTRACT.get(name, [])
+  return next((f.split("=", 1)[1] for f in flags if f.startswith("--method=")), name)
+
+
 def results_of(run_dir) -> dict:
   results = json.loads((run_dir / "results.json").read_text())
   return {k: v for k, v in results.items() if "seconds" not in k}
@@ -101,7 +111,7 @@ def test_two_rounds_then_kill_and_resume_gives_the_same_metrics(tmp_path, name):
   metrics = (full / "metrics.csv").read_text()
   assert len(metrics.splitlines()) == 3, metrics  # The header and two rounds.
   resources = (full / "resources.csv").read_text().splitlines()
-  keeps = name in KEEPS_CLIENT_STATE
+  keeps = host(name) in KEEPS_CLIENT_STATE
   assert ("client_states_mb" in resources[0]) == keeps
   assert (full / "client_states").is_dir() == keeps and (not keeps or os.listdir(
       full / "client_states"))

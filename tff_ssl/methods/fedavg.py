@@ -382,6 +382,8 @@ FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + privacy.FIELDS + (client_work.L
                                                   client_work.LOCAL_UNIT,
                                                   client_work.CLIENT_WEIGHT_DECAY,
                                                   local_steps.CLIENT_LR_SCHEDULE, "warmup_fraction") + addons.FIELDS
+# What a host whose clients keep no state reads (FedAvg itself, FedProx, the layer-wise methods).
+STATELESS_FIELDS = tuple(f for f in FIELDS if f not in addons.CLIENT_STATE_FIELDS)
 
 
 def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
@@ -434,9 +436,9 @@ def divergence_hint(config) -> str:
 
 
 METHOD = Method(
-    name="fedavg", kind="federated", fields=FIELDS, ssl=tuple(ssl_lib.SSL_METHODS),
+    name="fedavg", kind="federated", fields=STATELESS_FIELDS, ssl=tuple(ssl_lib.SSL_METHODS),
     validate=process_config, build=build,
-    min_samples=lambda config: ssl_lib.get(config.ssl).min_samples,
+    min_samples=lambda config: addons.min_samples(config, ssl_lib.get(config.ssl).min_samples),
     divergence_hint=divergence_hint,
     summary="FedAvg with a within-client SSL loss (--ssl) and any aggregation strategy "
             "(--aggregator).")

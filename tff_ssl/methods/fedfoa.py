@@ -327,10 +327,12 @@ def feature_correlation_config(config) -> FeatureCorrelationConfig:
 FEDFOA = Field("fedfoa", False, "FedBYOL/FedU/FedEMA, FedLAMA and heterogeneous clients: add FedFoA's "
                "feature-correlation alignment to the clients' loss (tff_ssl/methods/fedfoa.py).")
 FIELDS = (FEDFOA, LAMBDA, WARMUP, NORM, SELECT, BANK, BANK_SIZE)
+CLIENT_STATE_FIELDS = FIELDS  # Its stage wraps the clients' state (`addons`): stateful hosts only.
 
 
-def stages(config) -> tuple[ServerStage, ...]:
-  """FedFoA's server stage where `config.fedfoa`, else none."""
+def stages(config, model=None, mask=None) -> tuple[ServerStage, ...]:
+  """FedFoA's server stage where `config.fedfoa`, else none (an add-on's stages, `addons`)."""
+  del model, mask  # The stage checks the model's projection when the process is built.
   if not config.fedfoa:
     return ()
   return (FedFoAStage(feature_correlation_config(config), config.projector[-1]),)

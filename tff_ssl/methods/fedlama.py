@@ -50,7 +50,7 @@ from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
 from tff_ssl.federated.server_stage import ServerStage
-from tff_ssl.methods import addons, fedavg, fedfoa
+from tff_ssl.methods import addons, fedavg
 from tff_ssl.config_fields import Field
 from tff_ssl.method import Method
 
@@ -258,7 +258,7 @@ PHI = Field("fedlama_phi", 2, "FedLAMA: the relaxed layers' interval is phi time
             note="1: every layer at the base interval")
 # FedAvg's fields but its aggregation strategy's (FedLAMA aggregates in its own way), and its own.
 FIELDS = tuple(f for f in fedavg.FIELDS if f not in aggregators.FIELDS + privacy.FIELDS
-               + addons.SERVER_FIELDS) + (INTERVAL, PHI) + fedfoa.FIELDS
+               + addons.SERVER_FIELDS) + (INTERVAL, PHI)
 
 
 def lama_config(config) -> FedLAMAConfig:
@@ -268,24 +268,23 @@ def lama_config(config) -> FedLAMAConfig:
 def _validate(config):
   fedavg.process_config(config)
   lama_config(config)
-  fedfoa.validate(config)
 
 
 def build(config, model, image_shape, context=None) -> fedavg.FedAvgSSLProcess:
   """The FedAvg process with FedLAMA's stage (and FedFoA's after it, with `--fedfoa`)."""
   del context  # The server trains on nothing of its own; one aggregation a round.
   fedavg_config, _, simulation = fedavg.process_config(config)
-  stages = (FedLAMAStage(model, lama_config(config)),) + fedfoa.stages(config)
+  mask = masks.TensorMask.require_all(model, "FedLAMA")
+  stages = (FedLAMAStage(model, lama_config(config)),) + addons.stages(config, model, mask)
   return fedavg.FedAvgSSLProcess(model, image_shape,
                                  server_step.server_optimizer_for(config, model.names), fedavg_config,
-                                 simulation=simulation, mask=masks.TensorMask.require_all(
-                                     model, "FedLAMA"), stages=stages)
+                                 simulation=simulation, mask=mask, stages=stages)
 
 
 METHOD = Method(
     name="fedlama", kind="federated", fields=FIELDS, ssl=fedavg.METHOD.ssl, validate=_validate,
     build=build, divergence_hint=fedavg.divergence_hint,
-    min_samples=lambda config: fedfoa.min_samples(config, fedavg.METHOD.min_samples(config)),
+    min_samples=fedavg.METHOD.min_samples,
     no_privacy=("it aggregates each layer at an interval chosen from the clients' un-noised "
                 "per-layer divergences, and its clients keep the layers not aggregated"),
     summary="FedLAMA (L-DAWA's EUC): layer-wise adaptive aggregation intervals; clients keep the "

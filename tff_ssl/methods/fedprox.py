@@ -79,7 +79,7 @@ def build(config, model, image_shape, context: BuildContext = BuildContext()):
 
 
 METHOD = Method(
-    name="fedprox", kind="federated", fields=fedavg.FIELDS + FIELDS, ssl=fedavg.METHOD.ssl,
+    name="fedprox", kind="federated", fields=fedavg.STATELESS_FIELDS + FIELDS, ssl=fedavg.METHOD.ssl,
     validate=fedavg.process_config, build=build, min_samples=fedavg.METHOD.min_samples,
     divergence_hint=fedavg.divergence_hint,
     summary="FedProx: FedAvg whose clients add (mu / 2) ||w - w_global||^2 to their SSL loss "

@@ -50,7 +50,7 @@ from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
-from tff_ssl.methods import addons, fedavg, fedfoa
+from tff_ssl.methods import addons, fedavg
 from tff_ssl.method import Method
 
 DIVERGENCES = ("paper", "code")
@@ -228,7 +228,7 @@ def build(config, model, image_shape, stateful: StatefulConfig):
   return fedavg.FedAvgSSLProcess(
       model, image_shape, server_step.server_optimizer_for(config, model.names), fedavg_config,
       aggregator.build(model), simulation, client_state=state,
-      stages=fedfoa.stages(config) + addons.stages(config, model, mask))  # --fedfoa's bank, EUA.
+      stages=addons.stages(config, model, mask))  # --fedfoa's bank, EUA.
 
 
 def method(name: str, stateful_of, summary: str, fields: tuple[Field, ...] = (),
@@ -239,12 +239,10 @@ def method(name: str, stateful_of, summary: str, fields: tuple[Field, ...] = (),
   def validate(config):
     fedavg.process_config(config)
     stateful_of(config)
-    fedfoa.validate(config)
 
-  return Method(name=name, kind="federated", fields=FIELDS + fields + fedfoa.FIELDS, ssl=ssl,
+  return Method(name=name, kind="federated", fields=FIELDS + fields, ssl=ssl,
                 validate=validate,
                 build=lambda config, model, shape, context=None: build(config, model, shape,
                                                                  stateful_of(config)),
-                min_samples=lambda config: fedfoa.min_samples(
-                    config, fedavg.METHOD.min_samples(config)),
+                min_samples=fedavg.METHOD.min_samples,
                 divergence_hint=fedavg.divergence_hint, summary=summary)

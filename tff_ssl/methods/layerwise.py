@@ -279,7 +279,8 @@ def method(name: str, layerwise: LayerwiseConfig, summary: str) -> Method:
   own = (((AUXILIARY_FRACTION,) if layerwise.calibration else ()) +
          (alignment.FIELDS if layerwise.alignment else ()) +
          (depth_dropout.FIELDS if layerwise.depth_dropout else ()))
-  return Method(name=name, kind="federated", fields=tuple(f for f in fedavg.FIELDS if f not in addons.SERVER_FIELDS) + own, ssl=fedavg.METHOD.ssl,
+  fields = tuple(f for f in fedavg.STATELESS_FIELDS if f not in addons.SERVER_FIELDS) + own
+  return Method(name=name, kind="federated", fields=fields, ssl=fedavg.METHOD.ssl,
                 validate=_validate, build=build, min_samples=fedavg.METHOD.min_samples,
                 divergence_hint=fedavg.divergence_hint, summary=summary,
                 auxiliary=layerwise.calibration)
