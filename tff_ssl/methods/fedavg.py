@@ -112,11 +112,73 @@ def batched_group_update(model: FunctionalModel, cfg: ClientConfig, factory, mas
   return contribution, tf.reduce_sum(n * losses_k) / tf.reduce_sum(n), tf.reduce_sum(n)
 
 
+def _check_wire(factory, parts, config: ClientConfig, model) -> None:
+  """ValueError where the clients' reports would leave them beside a private or secure upload."""
+  wire = factory.wire if isinstance(factory, aggregators.StrategyFactory) else None
+  if wire is not None and (wire.enabled or wire.secure_aggregation) and parts.reports:
+    term = client_work.reporting_terms(config, model)[0]
+    flag = "--dp" if wire.enabled else "--secure_aggregation"
+    left = "without noise" if wire.enabled else "in the clear"
+    raise ValueError(f"{flag} refuses {term.key}: its clients upload a report beside their "
+                     f"update, which would leave them {left}; drop one of the two")
+
+
+def _round(process, client_update, w_type, image_shape) -> composer.Round:
+  """A FedAvg-style round: one phase, the clients' `client_update` and the process's aggregator
+  (`run_round`'s parameters and results: the class docstring)."""
+  parts, all_specs = process.parts, process.model.weight_specs
+
+  @tff.tensorflow.computation(w_type)
+  def select_trained(weights):
+    return process.mask.select(common.unflatten_tensors(weights, all_specs))
+
+  grouped = process.simulation.grouped
+  rest = 3 if grouped else 4  # The reference client also returns its mean loss.
+
+  def info(out, at):  # Reference mode: each client's ClientInfo, the weight of its update.
+    return tff.federated_zip(collections.OrderedDict(
+        num_examples=out[2], loss=out[3],
+        model=tff.federated_map(select_trained, at["weights"])))
+
+  def results(aggregated, out, names):
+    del names
+    result = collections.OrderedDict(update=aggregated.result,
+                                     loss=tff.federated_mean(out[1], weight=out[2]),
+                                     measurements=aggregated.measurements)
+    if parts.stateful:
+      result["client_states"] = out[rest]  # Stay at the clients.
+    if parts.reports:  # Uploaded: every client's (id, report), at the server.
+      result["reports"] = parts.collect_reports(out[rest + int(parts.stateful)])
+    return result
+
+  outputs = (("update", "loss", "measurements") + (("client_states",) if parts.stateful else ())
+             + (("reports",) if parts.reports else ()))
+  # A grouped slot's clients read the strategy's client argument of its state ("params").
+  aggregation = composer.Factory(process.aggregator,
+                                 params=process.factory.client_argument if grouped else None)
+  phase = composer.Phase(
+      "update", client_update,
+      ("weights", "seed", "data") + (("params",) if grouped else ()) +
+      (("extra",) if parts.any else ()), aggregation, outputs, results,
+      weight=None if grouped else info)
+  arguments = list(tff.structure.iter_elements(parts.parameter([
+      ("weights", tff.FederatedType(w_type, tff.SERVER)),
+      ("seed", tff.FederatedType(common.SEED_TYPE, tff.SERVER)),
+      ("data", tff.FederatedType(
+          grouping.group_input_type(image_shape) if grouped
+          else common.client_input_type(image_shape), tff.CLIENTS))])))
+  return composer.Round(arguments, [phase], outputs,
+                        derived=[("extra", parts.at_clients)] if parts.any else [])
+
+
 class FedAvgSSLProcess(server_step.ServerLoop):
   """FedAvg-style rounds; same interface as `DCCOProcess`.
 
-    run_round: (<w@SERVER, aggregator_state@SERVER, seed@SERVER, data@CLIENTS[, state@CLIENTS]>
-                -> <aggregator_state, update, loss, measurements>@SERVER[, new state@CLIENTS])
+    run_round: (<weights, seed[, context]@SERVER, aggregator_states=<update=...>@SERVER,
+                 data[, states][, ids]@CLIENTS>
+                -> <update, loss, measurements>@SERVER[, client_states@CLIENTS][, reports@SERVER],
+                   aggregator_states@SERVER)
+    one phase of the composer (`federated.composer`, `_round`), SERVER parameters first.
 
   w crosses the TFF boundary as one flat vector (`common.flat_weights`); so does a grouped slot's
   update where the strategy's server stage is elementwise (`compute_update` gives the tensors back).
@@ -168,13 +230,7 @@ class FedAvgSSLProcess(server_step.ServerLoop):
       self._initial_client_state = client_state.initial(model)
     self.factory = factory = (aggregation_factory if aggregation_factory is not None
                               else aggregators.FedAvgFactory())
-    wire = factory.wire if isinstance(factory, aggregators.StrategyFactory) else None
-    if wire is not None and (wire.enabled or wire.secure_aggregation) and parts.reports:
-      term = client_work.reporting_terms(config, model)[0]
-      flag = "--dp" if wire.enabled else "--secure_aggregation"
-      raise ValueError(f"{flag} refuses {term.key}: its clients upload a report beside their "
-                       f"update, which would leave them {'without noise' if wire.enabled else 'in the clear'}"
-                       f"; drop one of the two")
+    _check_wire(factory, parts, config, model)
     all_specs, specs = model.weight_specs, self.trained_specs
     w_type = common.flat_type(all_specs)  # The broadcast crosses the TFF boundary as one vector.
     u_type = common.tensors_type(specs)  # The upload: the trained tensors' Delta_k.
@@ -183,46 +239,7 @@ class FedAvgSSLProcess(server_step.ServerLoop):
     client_update = (self._grouped_client_update(w_type, image_shape) if simulation.grouped
                      else self._reference_client_update(w_type, image_shape))
 
-    @tff.tensorflow.computation(w_type)
-    def select_trained(weights):
-      return self.mask.select(common.unflatten_tensors(weights, all_specs))
-
-    grouped, rest = simulation.grouped, 3 if simulation.grouped else 4
-
-    def info(out, at):  # Reference mode: each client's ClientInfo, the weight of its update.
-      return tff.federated_zip(collections.OrderedDict(
-          num_examples=out[2], loss=out[3],
-          model=tff.federated_map(select_trained, at["weights"])))
-
-    def results(aggregated, out, names):
-      del names
-      result = collections.OrderedDict(update=aggregated.result,
-                                       loss=tff.federated_mean(out[1], weight=out[2]),
-                                       measurements=aggregated.measurements)
-      if parts.stateful:
-        result["client_states"] = out[rest]  # Stay at the clients.
-      if parts.reports:  # Uploaded: every client's (id, report), at the server.
-        result["reports"] = parts.collect_reports(out[rest + int(parts.stateful)])
-      return result
-
-    outputs = (("update", "loss", "measurements") + (("client_states",) if parts.stateful else ())
-               + (("reports",) if parts.reports else ()))
-    # A grouped slot's clients read the strategy's client argument of its state ("params").
-    aggregation = composer.Factory(self.aggregator,
-                                   params=self.factory.client_argument if grouped else None)
-    phase = composer.Phase(
-        "update", client_update,
-        ("weights", "seed", "data") + (("params",) if grouped else ()) +
-        (("extra",) if parts.any else ()), aggregation, outputs, results,
-        weight=None if grouped else info)
-    arguments = list(tff.structure.iter_elements(parts.parameter([
-        ("weights", tff.FederatedType(w_type, tff.SERVER)),
-        ("seed", tff.FederatedType(common.SEED_TYPE, tff.SERVER)),
-        ("data", tff.FederatedType(
-            grouping.group_input_type(image_shape) if grouped
-            else common.client_input_type(image_shape), tff.CLIENTS))])))
-    self.round = composer.Round(arguments, [phase], outputs,
-                                derived=[("extra", parts.at_clients)] if parts.any else [])
+    self.round = _round(self, client_update, w_type, image_shape)
     self.client_update = client_update
     self.run_round = self.round.computation()
 
