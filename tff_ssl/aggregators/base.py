@@ -267,7 +267,7 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
                                                      list(info["model"])), round_num)
       return _as_struct(c)
 
-    stage = self._server_stage(value_type, contribution_type, specs)
+    stage = _server_stage(self, value_type, contribution_type, specs)
 
     @tff.federated_computation(stage.initialize.type_signature.result,
                                tff.FederatedType(value_type, tff.CLIENTS),
@@ -287,7 +287,7 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
     """
     value_type = _check_value_type(value_type)
     specs = _specs(value_type)
-    return self._server_stage(value_type, self._contribution_type(value_type, specs), specs)
+    return _server_stage(self, value_type, self._contribution_type(value_type, specs), specs)
 
   def contribution_type(self, value_type) -> tff.StructType:
     """The TFF type of a `Contribution` for model type `value_type` (a grouped slot's output)."""
@@ -300,102 +300,106 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
     return tff.StructType([("value", value_type), ("log_weight", np.float32),
                            ("max_log_weight", np.float32), ("stats", stats)])
 
-  def _server_stage(self, value_type, contribution_type, specs) -> tff.templates.AggregationProcess:
-    inner = self._inner.create(value_type, tff.TensorType(np.float32))
-    if self.shifted and self._inner_given:
-      raise TypeError(f"{type(self).__name__} with weighting {self.weighting!r} computes its "
-                      f"softmax-weighted mean itself, in one mergeable aggregation; an inner "
-                      f"factory cannot take its place (leave inner unset)")
 
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_zip(collections.OrderedDict(
-          round=tff.federated_value(np.int32(0), tff.SERVER), inner=inner.initialize()))
+def _server_stage(factory: "StrategyFactory", value_type, contribution_type,
+                  specs) -> tff.templates.AggregationProcess:
+  """The server stage of `factory`'s aggregation: its state (round, inner factory's), the clients'
+  folded contributions summed and finished into the weighted mean."""
+  inner = factory._inner.create(value_type, tff.TensorType(np.float32))
+  if factory.shifted and factory._inner_given:
+    raise TypeError(f"{type(factory).__name__} with weighting {factory.weighting!r} computes its "
+                    f"softmax-weighted mean itself, in one mergeable aggregation; an inner "
+                    f"factory cannot take its place (leave inner unset)")
 
-    @tff.tensorflow.computation(np.float32)
-    def weight_fn(log_weight):
-      return tf.exp(log_weight)
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(collections.OrderedDict(
+        round=tff.federated_value(np.int32(0), tff.SERVER), inner=inner.initialize()))
 
-    @tff.tensorflow.computation(np.int32)
-    def increment(r):
-      return r + 1
+  @tff.tensorflow.computation(np.float32)
+  def weight_fn(log_weight):
+    return tf.exp(log_weight)
 
-    stats_type = contribution_type.stats
+  @tff.tensorflow.computation(np.int32)
+  def increment(r):
+    return r + 1
 
-    @tff.tensorflow.computation(stats_type, np.float32)
-    def finish_fn(stats, max_weight):
-      out = self.finish(collections.OrderedDict(
-          (k, getattr(stats, k)) for k in self.stats_spec(specs)))
-      out["max_weight"] = max_weight  # The most any one client counted: max_k b_k / sum_k b_k.
-      return out
+  stats_type = contribution_type.stats
 
-    @tff.tensorflow.computation(np.float32, np.float32)
-    def max_weight_fn(top, total):
-      return tf.exp(top) / total
+  @tff.tensorflow.computation(stats_type, np.float32)
+  def finish_fn(stats, max_weight):
+    out = factory.finish(collections.OrderedDict(
+        (k, getattr(stats, k)) for k in factory.stats_spec(specs)))
+    out["max_weight"] = max_weight  # The most any one client counted: max_k b_k / sum_k b_k.
+    return out
 
-    # The softmax's one-pass aggregate: (value, m, s, stats) = a weighted mean of the clients so far,
-    # their largest log weight m and s = sum_k exp(log b_k - m) (relative to m, so that the weights'
-    # ratios are exact differences of the clients' own log weights, never of a rounded log total).
-    acc_type = tff.StructType([("value", value_type), ("top", np.float32), ("total", np.float32),
-                               ("stats", stats_type)])
+  @tff.tensorflow.computation(np.float32, np.float32)
+  def max_weight_fn(top, total):
+    return tf.exp(top) / total
 
-    @tff.tensorflow.computation()
-    def empty():
-      return _softmax_acc([tf.zeros(s.shape, s.dtype) for s in specs],
-                          tf.constant(-np.inf, tf.float32), tf.constant(0.0, tf.float32),
-                          collections.OrderedDict((k, tf.zeros(s.shape, s.dtype))
-                                                  for k, s in self.stats_spec(specs).items()))
+  # The softmax's one-pass aggregate: (value, m, s, stats) = a weighted mean of the clients so far,
+  # their largest log weight m and s = sum_k exp(log b_k - m) (relative to m, so that the weights'
+  # ratios are exact differences of the clients' own log weights, never of a rounded log total).
+  acc_type = tff.StructType([("value", value_type), ("top", np.float32), ("total", np.float32),
+                             ("stats", stats_type)])
 
-    def read_acc(a):
-      return (list(a.value), a.top, a.total,
-              collections.OrderedDict(tff.structure.to_elements(a.stats)))
+  @tff.tensorflow.computation()
+  def empty():
+    return _softmax_acc([tf.zeros(s.shape, s.dtype) for s in specs],
+                        tf.constant(-np.inf, tf.float32), tf.constant(0.0, tf.float32),
+                        collections.OrderedDict((k, tf.zeros(s.shape, s.dtype))
+                                                for k, s in factory.stats_spec(specs).items()))
 
-    @tff.tensorflow.computation(acc_type, contribution_type)
-    def accumulate(a, c):
-      # A client (or a grouped slot) as an accumulator: m = its largest log weight, s = its total
-      # relative to it (exactly 1 for one client).
-      stats = collections.OrderedDict(tff.structure.to_elements(c.stats))
-      relative = tf.where(tf.math.is_finite(c.max_log_weight),
-                          tf.exp(c.log_weight - c.max_log_weight), 0.0)  # 0: a slot of no clients.
-      one = (list(c.value), c.max_log_weight, relative, stats)
-      return merge_softmax(read_acc(a), one)
+  def read_acc(a):
+    return (list(a.value), a.top, a.total,
+            collections.OrderedDict(tff.structure.to_elements(a.stats)))
 
-    @tff.tensorflow.computation(acc_type, acc_type)
-    def merge(a, b):
-      return merge_softmax(read_acc(a), read_acc(b))
+  @tff.tensorflow.computation(acc_type, contribution_type)
+  def accumulate(a, c):
+    # A client (or a grouped slot) as an accumulator: m = its largest log weight, s = its total
+    # relative to it (exactly 1 for one client).
+    stats = collections.OrderedDict(tff.structure.to_elements(c.stats))
+    relative = tf.where(tf.math.is_finite(c.max_log_weight),
+                        tf.exp(c.log_weight - c.max_log_weight), 0.0)  # 0: a slot of no clients.
+    one = (list(c.value), c.max_log_weight, relative, stats)
+    return merge_softmax(read_acc(a), one)
 
-    @tff.tensorflow.computation(acc_type)
-    def report(a):
-      value, _, total, stats = read_acc(a)
-      return collections.OrderedDict(value=value, max_weight=tf.math.divide_no_nan(1.0, total),
-                                     stats=stats)
+  @tff.tensorflow.computation(acc_type, acc_type)
+  def merge(a, b):
+    return merge_softmax(read_acc(a), read_acc(b))
 
-    @tff.federated_computation(init_fn.type_signature.result,
-                               tff.FederatedType(contribution_type, tff.CLIENTS))
-    def next_fn(state, contributions):
-      if self.shifted:
-        # softmax(-L_k) needs the round's largest -L_k as a shift; a max followed by a weighted mean
-        # would be an aggregation depending on another, which TFF's multi-worker execution
-        # (bin/train --workers) refuses. One `federated_aggregate` of running weighted means kept
-        # relative to their largest log weight (flash attention's online softmax) is the same
-        # softmax, exact and overflow-free, in one pass.
-        total = tff.federated_aggregate(contributions, empty(), accumulate, merge, report)
-        result, inner_state = total.value, state.inner
-        max_weight, stats = total.max_weight, total.stats
-      else:
-        weights = tff.federated_map(weight_fn, contributions.log_weight)
-        out = inner.next(state.inner, contributions.value, weights)
-        result, inner_state = out.result, out.state
-        max_weight = tff.federated_map(max_weight_fn, (
-            tff.federated_max(contributions.max_log_weight), tff.federated_sum(weights)))
-        stats = tff.federated_sum(contributions.stats)
-      measurements = tff.federated_map(finish_fn, (stats, max_weight))
-      new_state = tff.federated_zip(collections.OrderedDict(
-          round=tff.federated_map(increment, state.round), inner=inner_state))
-      return tff.templates.MeasuredProcessOutput(state=new_state, result=result,
-                                                 measurements=measurements)
+  @tff.tensorflow.computation(acc_type)
+  def report(a):
+    value, _, total, stats = read_acc(a)
+    return collections.OrderedDict(value=value, max_weight=tf.math.divide_no_nan(1.0, total),
+                                   stats=stats)
 
-    return tff.templates.AggregationProcess(init_fn, next_fn)
+  @tff.federated_computation(init_fn.type_signature.result,
+                             tff.FederatedType(contribution_type, tff.CLIENTS))
+  def next_fn(state, contributions):
+    if factory.shifted:
+      # softmax(-L_k) needs the round's largest -L_k as a shift; a max followed by a weighted mean
+      # would be an aggregation depending on another, which TFF's multi-worker execution
+      # (bin/train --workers) refuses. One `federated_aggregate` of running weighted means kept
+      # relative to their largest log weight (flash attention's online softmax) is the same
+      # softmax, exact and overflow-free, in one pass.
+      total = tff.federated_aggregate(contributions, empty(), accumulate, merge, report)
+      result, inner_state = total.value, state.inner
+      max_weight, stats = total.max_weight, total.stats
+    else:
+      weights = tff.federated_map(weight_fn, contributions.log_weight)
+      out = inner.next(state.inner, contributions.value, weights)
+      result, inner_state = out.result, out.state
+      max_weight = tff.federated_map(max_weight_fn, (
+          tff.federated_max(contributions.max_log_weight), tff.federated_sum(weights)))
+      stats = tff.federated_sum(contributions.stats)
+    measurements = tff.federated_map(finish_fn, (stats, max_weight))
+    new_state = tff.federated_zip(collections.OrderedDict(
+        round=tff.federated_map(increment, state.round), inner=inner_state))
+    return tff.templates.MeasuredProcessOutput(state=new_state, result=result,
+                                               measurements=measurements)
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
 
 
 def _softmax_acc(value, top, total, stats) -> collections.OrderedDict:
