@@ -151,7 +151,7 @@ def hetero_process(simulation, fc=HFC, architectures=("resnet14", "vgg9")):
   fedavg_config = dataclasses.replace(BYOL, seed=3)
   return heterogeneous.HeterogeneousProcess(
       heterogeneous.models_of(config, SHAPE), list(architectures), SHAPE, fedavg_config,
-      simulation, fc)
+      simulation, () if fc is None else (fedfoa.FedFoAStage(fc, DIM),))
 
 
 def hetero_run(process):

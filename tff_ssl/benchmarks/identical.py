@@ -45,6 +45,9 @@ RUNS = {
     "lw_fedssl": ("--method=lw_fedssl", "--auxiliary_fraction=0.05", *_CLIENTS, *_VIT),
     "heterogeneous": ("--method=heterogeneous", "--ssl=byol", "--architectures=resnet8,vgg9",
                       "--width=0.25", *_CLIENTS),
+    "heterogeneous_fedfoa": ("--method=heterogeneous", "--ssl=byol", "--fedfoa",
+                             "--fedfoa_warmup=0", "--architectures=resnet8,vgg9", "--width=0.25",
+                             *_CLIENTS),
 }
 
 

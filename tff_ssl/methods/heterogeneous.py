@@ -42,10 +42,9 @@ from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
 from tff_ssl.federated import client_work, common, composer, grouping, round_parts, server_stage, ssl_model
-from tff_ssl.methods import fedavg, fedfoa
+from tff_ssl.methods import addons, fedavg
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
 from tff_ssl.config_fields import Field
 from tff_ssl.method import FEDERATED_FIELDS, Method
 
@@ -102,7 +101,7 @@ class HeterogeneousProcess:
 
   def __init__(self, models: Sequence[FunctionalModel], labels: Sequence[str], image_shape,
                config: ClientConfig, simulation: grouping.Simulation = grouping.Simulation(),
-               feature_correlation: FeatureCorrelationConfig | None = None):
+               stages: Sequence[server_stage.ServerStage] = ()):
     if len(models) != len(labels) or not models:
       raise ValueError("a heterogeneous process needs one label per model, and a model")
     self.models, self.labels = list(models), list(labels)
@@ -114,8 +113,10 @@ class HeterogeneousProcess:
                        f"got {sorted(dims)}")
     self.dim = dims.pop()
     # FedFoA's server stage (its bank), where the clients align their features.
-    self.stages = (() if feature_correlation is None
-                   else (fedfoa.FedFoAStage(feature_correlation, self.dim),))
+    self.stages = tuple(stages)  # The add-ons' (FedFoA's bank, where the clients align features).
+    for stage in self.stages:
+      for model in self.models:
+        stage.check(model)
     self.config = config.with_terms(*(t for s in self.stages for t in s.terms()))
     self.simulation = simulation
     self.states = []
@@ -272,12 +273,11 @@ def build(config, model, image_shape, context=None) -> HeterogeneousProcess:
   fedavg_config, _, simulation = fedavg.process_config(config)
   return HeterogeneousProcess(models_of(config, image_shape), list(config.architectures),
                               image_shape, fedavg_config, simulation,
-                              fedfoa.feature_correlation_config(config) if config.fedfoa else None)
+                              addons.stages(config, None, None))  # --fedfoa's bank.
 
 
 def _validate(config):
-  fedavg.process_config(config)
-  fedfoa.validate(config)
+  fedavg.process_config(config)  # With the add-ons' rules (FedFoA's).
   if not config.architectures:
     raise ValueError("architectures must name at least one encoder")
   if len(config.architectures) > config.num_clients:
@@ -291,7 +291,7 @@ ARCHITECTURES = Field("architectures", ("resnet14", "resnet18", "vgg9", "alexnet
                       choices=lambda: models.ENCODERS)
 FIELDS = tuple(f for f in FEDERATED_FIELDS if not f.startswith("server_")) + (
     ARCHITECTURES, client_work.LOCAL_BATCH_SIZE, client_work.LOCAL_UNIT,
-    client_work.CLIENT_WEIGHT_DECAY) + fedfoa.FIELDS
+    client_work.CLIENT_WEIGHT_DECAY) + addons.CLIENT_STATE_FIELDS  # --fedfoa
 
 METHOD = Method(
     name="heterogeneous", kind="federated", fields=FIELDS, ssl=("byol", "simsiam", "simclr"),
@@ -299,7 +299,7 @@ METHOD = Method(
     no_privacy=("its clients of different architectures send models of different shapes (or, "
                 "with --fedfoa, feature-correlation matrices), not one update a clipped sum "
                 "bounds"),
-    min_samples=lambda config: fedfoa.min_samples(config, fedavg.METHOD.min_samples(config)),
+    min_samples=fedavg.METHOD.min_samples,
     divergence_hint=lambda config: f"lower --client_learning_rate (now "
                                    f"{config.client_learning_rate})",
     summary="Clients of different architectures (--architectures), each its own model; with "
