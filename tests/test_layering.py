@@ -6,7 +6,7 @@ import inspect
 import re
 
 from tests.test_imports import _graph
-from tff_ssl.methods import fedavg
+from tff_ssl.federated import fedavg_process
 
 ABOVE_THE_ANATOMY = ("tff_ssl.methods", "tff_ssl.runner", "tff_ssl.runtime", "tff_ssl.experiment",
                      "tff_ssl.reproduce", "tff_ssl.tables", "tff_ssl.benchmarks")
@@ -21,7 +21,7 @@ def test_the_round_anatomy_imports_no_method_run_layer_or_worker_configuration()
 
 
 def test_fedavg_names_no_other_methods_config_or_state():
-  source = open(fedavg.__file__).read()
+  source = open(fedavg_process.__file__).read()
   assert not re.findall(r"fedfoa|alignment|depth_dropout|droppable|feature_correlation", source,
                         re.I)
-  assert len(inspect.getsource(fedavg.FedAvgSSLProcess.__init__).splitlines()) <= 80
+  assert len(inspect.getsource(fedavg_process.FedAvgSSLProcess.__init__).splitlines()) <= 80

@@ -3,6 +3,7 @@ training (`client_work.local_training`, which DCCO runs through its statistics t
 at the clients, the noised sum at the server, which DP-FedAvg and DP-DCCO both call). A second copy
 would drift from the first; these checks fail when one is added back."""
 
+import ast
 import pathlib
 import re
 
@@ -59,3 +60,20 @@ def test_the_checks_see_a_second_copy():
     assert "methods/extra.py" in where(r"\bclip_and_sum\(")
   finally:
     del SOURCES["methods/extra.py"]
+
+
+def long_classes(sources, limit=250) -> list[str]:
+  """`path:Class (lines)` for every class of more than `limit` lines."""
+  out = []
+  for path, text in sorted(sources.items()):
+    for node in ast.walk(ast.parse(text)):
+      if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > limit:
+        out.append(f"{path}:{node.name} ({node.end_lineno - node.lineno + 1})")
+  return out
+
+
+def test_no_class_over_250_lines_and_dcco_under_400():
+  # A class that long does several things; its parts belong in functions or modules of their own.
+  assert long_classes(SOURCES) == []
+  assert len(SOURCES["methods/dcco.py"].splitlines()) < 400
+  assert long_classes({"x.py": "class A:\n" + "  x = 1\n" * 250}) == ["x.py:A (251)"]

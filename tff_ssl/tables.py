@@ -263,46 +263,7 @@ class Table:
   tie_why: str = ""
 
   def __post_init__(self):
-    if self.seeds and (len(set(self.seeds)) != len(self.seeds) or len(self.seeds) < 2 or
-                       min(self.seeds) < 0):
-      raise ValueError(f"table {self.name}: seeds must be >= 2 distinct training seeds >= 0; got "
-                       f"{self.seeds}")
-    if self.seeds and (self.tie < 0 or not self.tie_why):
-      raise ValueError(f"table {self.name}: a table with training seeds declares its tie margin "
-                       f"(tie >= 0 points) and why (tie_why)")
-    keys = [r.key for r in self.rows]
-    if len(set(keys)) != len(keys):
-      raise ValueError(f"table {self.name}: duplicate row keys {keys}")
-    for r in self.rows:
-      if r.select_with and (r.select_with not in keys or
-                            self.row(r.select_with).learning_rates != r.learning_rates or
-                            self.row(r.select_with).select_with):
-        raise ValueError(f"table {self.name}: row {r.key!r} selects with {r.select_with!r}, which "
-                         f"must be a row of the same candidate learning rates that runs pilots")
-    for r in self.rows:
-      stray = sorted(set(r.columns) - {c.key for c in self.columns})
-      if stray:
-        raise ValueError(f"table {self.name}: row {r.key!r} names column {stray[0]!r}, which is not "
-                         f"one of {[c.key for c in self.columns]}")
-    if self.selection_column not in {c.key for c in self.columns}:
-      raise ValueError(f"table {self.name}: selection column {self.selection_column!r} is not one of "
-                       f"{[c.key for c in self.columns]}")
-    unknown = sorted(set(self.gate_evaluations) - {e.key for e in self.evaluations})
-    if unknown:
-      raise ValueError(f"table {self.name}: gate evaluation {unknown[0]!r} is not an evaluation")
-    evaluation_keys = {e.key for e in self.evaluations}
-    for c in self.claims:
-      stray = sorted({c.better, c.base} - set(keys))
-      stray_columns = sorted(set(c.columns) - {x.key for x in self.columns})
-      stray_evaluations = sorted(set(c.evaluations) - evaluation_keys)
-      if stray or stray_columns or stray_evaluations:
-        what = (f"row {stray[0]!r}" if stray else f"column {stray_columns[0]!r}" if stray_columns
-                else f"evaluation {stray_evaluations[0]!r}")
-        raise ValueError(f"table {self.name}: a claim names {what}, which the table does not have")
-    first = self.evaluations[0].protocol
-    if not isinstance(first, MAIN_PROBES):
-      raise ValueError(f"table {self.name}: the first evaluation must be a linear probe (LARS or "
-                       f"tuned); got {type(first).__name__}")
+    _check(self)
 
   @property
   def gate_keys(self) -> tuple[str, ...]:
@@ -435,81 +396,12 @@ class Table:
   def select(self, rows: Sequence[str] | None = None, columns: Sequence[str] | None = None
              ) -> "Table":
     """The same table restricted to `rows` / `columns` (keys, in the table's order; None: all)."""
-    def keep(kind, wanted, have):
-      if wanted is None:
-        return have
-      unknown = [k for k in wanted if k not in {x.key for x in have}]
-      if unknown:
-        raise ValueError(f"table {self.name} has no {kind} {unknown[0]!r}; choose from "
-                         f"{[x.key for x in have]}")
-      return tuple(x for x in have if x.key in wanted)
-    kept_rows = keep("row", rows, self.rows)
-    kept_columns = keep("column", columns, self.columns)
-    column_keys = {c.key for c in kept_columns}
-    restricted = []  # Rows that run only in some columns keep those of them that are kept.
-    for r in kept_rows:
-      if r.columns and not set(r.columns) & column_keys:
-        if rows is not None:
-          raise ValueError(f"row {r.key!r} runs only in column {', '.join(r.columns)}; select it "
-                           f"too")
-        continue
-      restricted.append(dataclasses.replace(r, columns=tuple(c for c in r.columns
-                                                             if c in column_keys)))
-    kept_rows = tuple(restricted)
-    keys = {r.key for r in kept_rows}
-    for r in kept_rows:
-      if r.select_with and r.select_with not in keys:
-        raise ValueError(f"row {r.key!r} takes its learning rate from row {r.select_with!r}'s "
-                         f"pilots; select {r.select_with!r} too")
-    # The claims between kept rows, in the kept columns (a claim whose columns are all left out
-    # goes too).
-    claims = []
-    for c in self.claims:
-      if c.better in keys and c.base in keys:
-        if c.columns and not set(c.columns) & column_keys:
-          continue
-        claims.append(dataclasses.replace(c, columns=tuple(k for k in c.columns
-                                                           if k in column_keys)))
-    selection = self.selection_column
-    if selection not in {c.key for c in kept_columns}:
-      if any(len(r.learning_rates) > 1 and not r.select_with for r in kept_rows):
-        raise ValueError(f"the learning-rate pilots run in column {selection!r}; select it too")
-      selection = kept_columns[0].key  # No pilots: the selection column is not used.
-    return dataclasses.replace(self, rows=kept_rows, columns=kept_columns,
-                               selection_column=selection, claims=tuple(claims))
+    return _select(self, rows, columns)
 
   def with_settings(self, settings: Mapping[str, Any]) -> "Table":
     """The same grid with config fields changed in every run (a variant of the table, e.g. the
     L-DAWA authors' FedAvg warm-up); an error if a row cannot take a setting or a column sets it."""
-    if not settings:
-      return self
-    for c in self.columns:
-      clash = sorted(set(c.fields) & set(settings))
-      if clash:
-        raise ValueError(f"column {c.key!r} sets {clash[0]} itself; leave {clash[0]} out of the "
-                         f"settings or select other columns")
-    # A set learning rate replaces the pilots of the rows it is the learning rate of, and of the
-    # rows that would take those rows' choice (centralized CCO DCCO's): the variant runs at it.
-    fixed = {r.key: settings[r.lr_field] for r in self.rows if r.lr_field in settings}
-    taken = []
-    for r in self.rows:
-      if r.key not in fixed and r.select_with in fixed:
-        fixed[r.key] = fixed[r.select_with]
-        leader = self.row(r.select_with)
-        taken.append(f"{r.name} takes {leader.name}'s {leader.lr_field}={fixed[r.key]:g} as its "
-                     f"{r.lr_field}, as it would take {leader.name}'s pilots' choice.")
-    rows = []
-    for r in self.rows:
-      try:
-        row = dataclasses.replace(r, config=dataclasses.replace(r.config, **settings))
-      except ValueError as e:
-        raise ValueError(f"row {r.key!r}: {e}; select the rows the setting applies to") from None
-      if r.key in fixed:
-        row = dataclasses.replace(row, learning_rates=(float(fixed[r.key]),), select_with="")
-      rows.append(row)
-    shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k != "data_dir")
-    notes = self.notes + ((f"A variant of the table: {shown} in every run.",) if shown else ())
-    return dataclasses.replace(self, rows=tuple(rows), notes=notes + tuple(taken))
+    return _with_settings(self, settings)
 
   def variant(self, rows: Sequence[str] | None = None, columns: Sequence[str] | None = None,
               settings: Mapping[str, Any] | None = None) -> "Table":
@@ -526,28 +418,157 @@ class Table:
   def capped(self, max_rounds: int) -> "Table":
     """The same grid with every run, pilot and evaluation cut to at most `max_rounds` rounds/steps
     (and local epochs), a smoke run of the grid, e.g. the paper scale on new hardware."""
-    lengths = ("rounds", "steps", "local_steps", "checkpoint_every")
-    def cap_row(row: Row) -> Row:
-      c = row.config
-      return dataclasses.replace(row, config=dataclasses.replace(
-          c, **{k: min(getattr(c, k), max_rounds) for k in lengths}),
-          curve_every=min(row.curve_every, max_rounds))
-    def cap_protocol(p):
-      if hasattr(p, "steps"):
-        return dataclasses.replace(p, steps=min(p.steps, max_rounds))
-      if hasattr(p, "max_iterations"):  # The tuned probe's L-BFGS iterations.
-        return dataclasses.replace(p, max_iterations=min(p.max_iterations, max_rounds))
-      return p  # The kNN monitor trains nothing.
-    def cap_column(column: Column) -> Column:  # A column may set a run's length too.
-      return dataclasses.replace(column, overrides=tuple(
-          (k, min(v, max_rounds) if k in lengths else v) for k, v in column.overrides))
-    evals = tuple(dataclasses.replace(e, protocol=cap_protocol(e.protocol))
-                  for e in self.evaluations)
-    return dataclasses.replace(
-        self, rows=tuple(cap_row(r) for r in self.rows), evaluations=evals,
-        columns=tuple(cap_column(c) for c in self.columns),
-        curve_every=min(self.curve_every, max_rounds), max_rounds=max_rounds, notes=self.notes + (
-                f"capped at {max_rounds} rounds/steps per run (a smoke run, not a result)",))
+    return _capped(self, max_rounds)
+
+
+def _check(table: "Table") -> None:
+  """A table's declaration, checked when made: seeds and tie, rows, columns, claims, probes."""
+  if table.seeds and (len(set(table.seeds)) != len(table.seeds) or len(table.seeds) < 2 or
+                     min(table.seeds) < 0):
+    raise ValueError(f"table {table.name}: seeds must be >= 2 distinct training seeds >= 0; got "
+                     f"{table.seeds}")
+  if table.seeds and (table.tie < 0 or not table.tie_why):
+    raise ValueError(f"table {table.name}: a table with training seeds declares its tie margin "
+                     f"(tie >= 0 points) and why (tie_why)")
+  keys = [r.key for r in table.rows]
+  if len(set(keys)) != len(keys):
+    raise ValueError(f"table {table.name}: duplicate row keys {keys}")
+  for r in table.rows:
+    if r.select_with and (r.select_with not in keys or
+                          table.row(r.select_with).learning_rates != r.learning_rates or
+                          table.row(r.select_with).select_with):
+      raise ValueError(f"table {table.name}: row {r.key!r} selects with {r.select_with!r}, which "
+                       f"must be a row of the same candidate learning rates that runs pilots")
+  for r in table.rows:
+    stray = sorted(set(r.columns) - {c.key for c in table.columns})
+    if stray:
+      raise ValueError(f"table {table.name}: row {r.key!r} names column {stray[0]!r}, which is not "
+                       f"one of {[c.key for c in table.columns]}")
+  if table.selection_column not in {c.key for c in table.columns}:
+    raise ValueError(f"table {table.name}: selection column {table.selection_column!r} is not one "
+                     f"of {[c.key for c in table.columns]}")
+  unknown = sorted(set(table.gate_evaluations) - {e.key for e in table.evaluations})
+  if unknown:
+    raise ValueError(f"table {table.name}: gate evaluation {unknown[0]!r} is not an evaluation")
+  evaluation_keys = {e.key for e in table.evaluations}
+  for c in table.claims:
+    stray = sorted({c.better, c.base} - set(keys))
+    stray_columns = sorted(set(c.columns) - {x.key for x in table.columns})
+    stray_evaluations = sorted(set(c.evaluations) - evaluation_keys)
+    if stray or stray_columns or stray_evaluations:
+      what = (f"row {stray[0]!r}" if stray else f"column {stray_columns[0]!r}" if stray_columns
+              else f"evaluation {stray_evaluations[0]!r}")
+      raise ValueError(f"table {table.name}: a claim names {what}, which the table does not have")
+  first = table.evaluations[0].protocol
+  if not isinstance(first, MAIN_PROBES):
+    raise ValueError(f"table {table.name}: the first evaluation must be a linear probe (LARS or "
+                     f"tuned); got {type(first).__name__}")
+
+
+def _select(table: "Table", rows: Sequence[str] | None, columns: Sequence[str] | None
+            ) -> "Table":
+  """`Table.select`."""
+  def keep(kind, wanted, have):
+    if wanted is None:
+      return have
+    unknown = [k for k in wanted if k not in {x.key for x in have}]
+    if unknown:
+      raise ValueError(f"table {table.name} has no {kind} {unknown[0]!r}; choose from "
+                       f"{[x.key for x in have]}")
+    return tuple(x for x in have if x.key in wanted)
+  kept_rows = keep("row", rows, table.rows)
+  kept_columns = keep("column", columns, table.columns)
+  column_keys = {c.key for c in kept_columns}
+  restricted = []  # Rows that run only in some columns keep those of them that are kept.
+  for r in kept_rows:
+    if r.columns and not set(r.columns) & column_keys:
+      if rows is not None:
+        raise ValueError(f"row {r.key!r} runs only in column {', '.join(r.columns)}; select it "
+                         f"too")
+      continue
+    restricted.append(dataclasses.replace(r, columns=tuple(c for c in r.columns
+                                                           if c in column_keys)))
+  kept_rows = tuple(restricted)
+  keys = {r.key for r in kept_rows}
+  for r in kept_rows:
+    if r.select_with and r.select_with not in keys:
+      raise ValueError(f"row {r.key!r} takes its learning rate from row {r.select_with!r}'s "
+                       f"pilots; select {r.select_with!r} too")
+  # The claims between kept rows, in the kept columns (a claim whose columns are all left out
+  # goes too).
+  claims = []
+  for c in table.claims:
+    if c.better in keys and c.base in keys:
+      if c.columns and not set(c.columns) & column_keys:
+        continue
+      claims.append(dataclasses.replace(c, columns=tuple(k for k in c.columns
+                                                         if k in column_keys)))
+  selection = table.selection_column
+  if selection not in {c.key for c in kept_columns}:
+    if any(len(r.learning_rates) > 1 and not r.select_with for r in kept_rows):
+      raise ValueError(f"the learning-rate pilots run in column {selection!r}; select it too")
+    selection = kept_columns[0].key  # No pilots: the selection column is not used.
+  return dataclasses.replace(table, rows=kept_rows, columns=kept_columns,
+                             selection_column=selection, claims=tuple(claims))
+
+
+def _with_settings(table: "Table", settings: Mapping[str, Any]) -> "Table":
+  """`Table.with_settings`."""
+  if not settings:
+    return table
+  for c in table.columns:
+    clash = sorted(set(c.fields) & set(settings))
+    if clash:
+      raise ValueError(f"column {c.key!r} sets {clash[0]} itself; leave {clash[0]} out of the "
+                       f"settings or select other columns")
+  # A set learning rate replaces the pilots of the rows it is the learning rate of, and of the
+  # rows that would take those rows' choice (centralized CCO DCCO's): the variant runs at it.
+  fixed = {r.key: settings[r.lr_field] for r in table.rows if r.lr_field in settings}
+  taken = []
+  for r in table.rows:
+    if r.key not in fixed and r.select_with in fixed:
+      fixed[r.key] = fixed[r.select_with]
+      leader = table.row(r.select_with)
+      taken.append(f"{r.name} takes {leader.name}'s {leader.lr_field}={fixed[r.key]:g} as its "
+                   f"{r.lr_field}, as it would take {leader.name}'s pilots' choice.")
+  rows = []
+  for r in table.rows:
+    try:
+      row = dataclasses.replace(r, config=dataclasses.replace(r.config, **settings))
+    except ValueError as e:
+      raise ValueError(f"row {r.key!r}: {e}; select the rows the setting applies to") from None
+    if r.key in fixed:
+      row = dataclasses.replace(row, learning_rates=(float(fixed[r.key]),), select_with="")
+    rows.append(row)
+  shown = ", ".join(f"{k}={v}" for k, v in settings.items() if k != "data_dir")
+  notes = table.notes + ((f"A variant of the table: {shown} in every run.",) if shown else ())
+  return dataclasses.replace(table, rows=tuple(rows), notes=notes + tuple(taken))
+
+
+def _capped(table: "Table", max_rounds: int) -> "Table":
+  """`Table.capped`."""
+  lengths = ("rounds", "steps", "local_steps", "checkpoint_every")
+  def cap_row(row: Row) -> Row:
+    c = row.config
+    return dataclasses.replace(row, config=dataclasses.replace(
+        c, **{k: min(getattr(c, k), max_rounds) for k in lengths}),
+        curve_every=min(row.curve_every, max_rounds))
+  def cap_protocol(p):
+    if hasattr(p, "steps"):
+      return dataclasses.replace(p, steps=min(p.steps, max_rounds))
+    if hasattr(p, "max_iterations"):  # The tuned probe's L-BFGS iterations.
+      return dataclasses.replace(p, max_iterations=min(p.max_iterations, max_rounds))
+    return p  # The kNN monitor trains nothing.
+  def cap_column(column: Column) -> Column:  # A column may set a run's length too.
+    return dataclasses.replace(column, overrides=tuple(
+        (k, min(v, max_rounds) if k in lengths else v) for k, v in column.overrides))
+  evals = tuple(dataclasses.replace(e, protocol=cap_protocol(e.protocol))
+                for e in table.evaluations)
+  return dataclasses.replace(
+      table, rows=tuple(cap_row(r) for r in table.rows), evaluations=evals,
+      columns=tuple(cap_column(c) for c in table.columns),
+      curve_every=min(table.curve_every, max_rounds), max_rounds=max_rounds, notes=table.notes + (
+              f"capped at {max_rounds} rounds/steps per run (a smoke run, not a result)",))
 
 
 def parse_settings(items: Sequence[str]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 from tff_ssl import aggregators, runtime
 from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.client_work import ClientConfig
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 
 from tests.federated.test_grouping import (AUGMENT, DCCO_ROUNDS, FEDAVG_ROUNDS, LR, REFERENCE,

@@ -10,7 +10,7 @@ import tensorflow as tf
 from tff_ssl import experiment, models
 from tff_ssl.federated import common, ssl_model
 from tff_ssl.federated.client_work import ClientConfig
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.models.layers import BatchStatNormalization, batch_segments

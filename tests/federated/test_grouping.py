@@ -26,7 +26,7 @@ from tff_ssl.data import AugmentConfig
 from tff_ssl.federated import client_work, common, grouping
 from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.client_work import ClientConfig
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests import spread

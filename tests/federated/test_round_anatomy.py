@@ -16,7 +16,7 @@ from tff_ssl.federated import client_state, common
 from tff_ssl.federated import masks
 from tff_ssl.federated import server_step
 from tff_ssl.federated.client_work import ClientConfig
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests.federated import toy_stateful

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from tff_ssl import methods
 from tff_ssl.federated import client_state
-from tff_ssl.federated import masks
+from tff_ssl.federated import fedavg_process, masks
 from tff_ssl.federated import server_step
 from tff_ssl.methods import fedavg
 from tff_ssl.method import Method
@@ -35,7 +35,7 @@ class CounterAndMeanUpdate(client_state.ClientState):
 def build(config, model, image_shape, context=None):
   del context  # No server training; one aggregation a round.
   fedavg_config, aggregator, simulation = fedavg.process_config(config)
-  return fedavg.FedAvgSSLProcess(model, image_shape,
+  return fedavg_process.FedAvgSSLProcess(model, image_shape,
                                  server_step.server_optimizer_for(config, model.names), fedavg_config,
                                  aggregator.build(model), simulation,
                                  client_state=CounterAndMeanUpdate())

@@ -107,7 +107,7 @@ def test_ssl_registry_losses_are_the_losses_of_this_package():
       losses.cco_loss(f, g, lambd=3.0).numpy(), rtol=1e-6)
   np.testing.assert_allclose(
       ssl_lib.get("simclr").loss(ssl_lib.Outputs(tf.constant(f), tf.constant(g)), cfg).numpy(),
-      losses.nt_xent_loss(f, g, temperature=0.2).numpy(), rtol=1e-6)
+      ssl_lib.simclr.nt_xent_loss(f, g, temperature=0.2).numpy(), rtol=1e-6)
   assert hp.hparams == ("cco_lambda",)
   with pytest.raises(ValueError, match="unknown SSL method 'nt_xent'"):
     ssl_lib.get("nt_xent")

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from tff_ssl.losses import moco, per_client
+from tff_ssl.ssl import moco
 
 
 def unit(a):
@@ -63,7 +63,7 @@ def test_per_client_losses_are_each_clients_own():
   sizes = [3, 1, 4]
   z1, z2, t1, t2 = (rng.normal(size=(8, 6)).astype(np.float32) for _ in range(4))
   queue = rng.normal(size=(5, 6)).astype(np.float32)
-  got = per_client.moco_loss_per_client(z1, z2, t1, t2, queue, tf.constant(sizes), 0.3).numpy()
+  got = moco.moco_loss_per_client(z1, z2, t1, t2, queue, tf.constant(sizes), 0.3).numpy()
   start = 0
   for k, n in enumerate(sizes):
     rows = slice(start, start + n)

@@ -4,7 +4,7 @@ and per-client losses equal to each client's own."""
 import numpy as np
 import tensorflow as tf
 
-from tff_ssl.losses import mocov3, per_client
+from tff_ssl.ssl import mocov3
 
 
 def unit(a):
@@ -46,7 +46,7 @@ def test_per_client_losses_are_each_clients_own():
   rng = np.random.default_rng(2)
   sizes = [3, 2, 4]
   p1, p2, t1, t2 = (rng.normal(size=(9, 6)).astype(np.float32) for _ in range(4))
-  got = per_client.mocov3_loss_per_client(p1, p2, t1, t2, sizes, 0.2).numpy()
+  got = mocov3.mocov3_loss_per_client(p1, p2, t1, t2, sizes, 0.2).numpy()
   start = 0
   for k, n in enumerate(sizes):
     rows = slice(start, start + n)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tff_ssl import losses
 from tff_ssl.losses import per_client
+from tff_ssl.ssl import byol, simclr, simsiam
 
 SIZES = [2, 5, 3, 16]
 
@@ -31,15 +32,15 @@ def test_pad_by_client_layout():
 
 @pytest.mark.parametrize("name,single,kwargs", [
     ("cco", losses.cco_loss, {"lambd": 7.0}),
-    ("nt_xent", losses.nt_xent_loss, {"temperature": 0.2}),
+    ("nt_xent", simclr.nt_xent_loss, {"temperature": 0.2}),
 ])
 # float64 checks the algebra (Gram form, masking) tightly; float32 is what training runs. Two-sample
 # clients make CCO ill-conditioned (every correlation is +-1), hence the float32 tolerance.
 @pytest.mark.parametrize("dtype,tol", [(tf.float64, 1e-9), (tf.float32, 2e-4)])
 def test_per_client_loss_equals_single_client_loss(name, single, kwargs, dtype, tol):
   f, g = concatenated(0, dtype)
-  fn = {"cco": lambda f, g, sizes: per_client.cco_loss_per_client(f, g, sizes, **kwargs),
-        "nt_xent": lambda f, g, sizes: per_client.nt_xent_loss_per_client(f, g, sizes, **kwargs),
+  fn = {"cco": lambda f, g, sizes: losses.cco.cco_loss_per_client(f, g, sizes, **kwargs),
+        "nt_xent": lambda f, g, sizes: simclr.nt_xent_loss_per_client(f, g, sizes, **kwargs),
         }[name]
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([f, g])
@@ -57,17 +58,17 @@ def test_cco_per_client_gram_form_with_more_samples_than_dimensions():
   rng = np.random.default_rng(3)
   f = tf.constant(rng.normal(size=(40, 4)), tf.float32)
   g = tf.constant(rng.normal(size=(40, 4)), tf.float32)
-  got = per_client.cco_loss_per_client(f, g, [30, 10], lambd=3.0)
+  got = losses.cco.cco_loss_per_client(f, g, [30, 10], lambd=3.0)
   want = [losses.cco_loss(f[:30], g[:30], lambd=3.0), losses.cco_loss(f[30:], g[30:], lambd=3.0)]
   np.testing.assert_allclose(got.numpy(), [w.numpy() for w in want], rtol=1e-5)
 
 
-PREDICTION = {"byol": per_client.byol_loss_per_client, "simsiam": per_client.simsiam_loss_per_client}
+PREDICTION = {"byol": byol.byol_loss_per_client, "simsiam": simsiam.simsiam_loss_per_client}
 PREDICTION_SIZES = [1, 3, 5]  # Unequal, with a one-sample client.
 
 
-@pytest.mark.parametrize("name,single", [("byol", losses.byol_loss),
-                                         ("simsiam", losses.simsiam_loss)])
+@pytest.mark.parametrize("name,single", [("byol", byol.byol_loss),
+                                         ("simsiam", simsiam.simsiam_loss)])
 # float64 checks the segment means tightly; float32 is what training runs.
 @pytest.mark.parametrize("dtype,tol", [(tf.float64, 1e-6), (tf.float32, 1e-5)])
 def test_prediction_loss_per_client_equals_single_client_loss(name, single, dtype, tol):
@@ -95,7 +96,7 @@ def test_prediction_loss_per_client_equals_single_client_loss(name, single, dtyp
 def test_prediction_loss_per_client_single_client_and_one_sample_clients():
   rng = np.random.default_rng(8)
   p1, p2, t1, t2 = (rng.normal(size=(4, 3)) for _ in range(4))
-  for name, single in (("byol", losses.byol_loss), ("simsiam", losses.simsiam_loss)):
+  for name, single in (("byol", byol.byol_loss), ("simsiam", simsiam.simsiam_loss)):
     fn = PREDICTION[name]
     np.testing.assert_allclose(fn(p1, p2, t1, t2, [4]).numpy(),
                                [single(p1, p2, t1, t2).numpy()], rtol=1e-12)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_ssl import losses
+from tff_ssl.ssl import simsiam
 
 
 def reference_simsiam(p1, p2, z1, z2):
@@ -21,7 +21,7 @@ def reference_simsiam(p1, p2, z1, z2):
 def test_matches_numpy_reference(n):
   rng = np.random.default_rng(n)
   p1, p2, z1, z2 = (rng.normal(size=(n, 5)) for _ in range(4))
-  np.testing.assert_allclose(losses.simsiam_loss(p1, p2, z1, z2).numpy(),
+  np.testing.assert_allclose(simsiam.simsiam_loss(p1, p2, z1, z2).numpy(),
                              reference_simsiam(p1, p2, z1, z2), rtol=1e-6)
 
 
@@ -29,16 +29,16 @@ def test_matches_numpy_reference(n):
 def test_hand_computed_parallel_and_antiparallel(scale, want):
   # p = c z of the other view: cos = sign(c), so L = -sign(c).
   z1, z2 = np.array([[1.0, 2.0, -1.0]]), np.array([[0.5, 0.0, 2.0]])
-  got = losses.simsiam_loss(scale * z2, scale * z1, z1, z2).numpy()
+  got = simsiam.simsiam_loss(scale * z2, scale * z1, z1, z2).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
 def test_hand_computed_orthogonal_and_mixed():
   z1, z2 = np.array([[2.0, 0.0]]), np.array([[0.0, 5.0]])
   # Both predictions orthogonal to their targets: 0.
-  np.testing.assert_allclose(losses.simsiam_loss(z1, z2, z1, z2).numpy(), 0.0, atol=1e-12)
+  np.testing.assert_allclose(simsiam.simsiam_loss(z1, z2, z1, z2).numpy(), 0.0, atol=1e-12)
   # p1 parallel to z2 (D = -1), p2 orthogonal to z1 (D = 0): L = -0.5.
-  np.testing.assert_allclose(losses.simsiam_loss(z2, z2, z1, z2).numpy(), -0.5, rtol=1e-12)
+  np.testing.assert_allclose(simsiam.simsiam_loss(z2, z2, z1, z2).numpy(), -0.5, rtol=1e-12)
 
 
 def test_gradient_flows_to_predictions_not_projections():
@@ -46,7 +46,7 @@ def test_gradient_flows_to_predictions_not_projections():
   p1, p2, z1, z2 = (tf.constant(rng.normal(size=(4, 3))) for _ in range(4))
   with tf.GradientTape(persistent=True) as tape:
     tape.watch([p1, p2, z1, z2])
-    loss = losses.simsiam_loss(p1, p2, z1, z2)
+    loss = simsiam.simsiam_loss(p1, p2, z1, z2)
   for z in (z1, z2):
     grad = tape.gradient(loss, z)
     assert grad is None or not np.any(grad.numpy())
@@ -61,7 +61,7 @@ def test_zero_vector_is_finite():
   z2 = tf.constant([[0.0, 0.0]])
   with tf.GradientTape() as tape:
     tape.watch([p1, p2])
-    loss = losses.simsiam_loss(p1, p2, z1, z2)
+    loss = simsiam.simsiam_loss(p1, p2, z1, z2)
   np.testing.assert_allclose(loss.numpy(), -0.5, rtol=1e-6)  # 0.5 * 0 + 0.5 * (-1).
   for grad in tape.gradient(loss, [p1, p2]):
     assert np.all(np.isfinite(grad.numpy()))
@@ -69,7 +69,7 @@ def test_zero_vector_is_finite():
 
 def test_mismatched_shapes_raise():
   with pytest.raises(ValueError, match="batch size"):
-    losses.simsiam_loss(np.ones((3, 2)), np.ones((3, 2)), np.ones((3, 2)), np.ones((1, 2)))
+    simsiam.simsiam_loss(np.ones((3, 2)), np.ones((3, 2)), np.ones((3, 2)), np.ones((1, 2)))
 
 
 def test_the_registry_entry_wires_each_view_to_the_other_views_target():

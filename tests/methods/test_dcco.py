@@ -17,7 +17,7 @@ from tff_ssl.federated import server_step
 from tff_ssl.methods import dcco, dcco_term
 from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
 from tff_ssl.federated.client_work import ClientConfig
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests import spread

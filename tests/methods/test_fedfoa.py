@@ -12,7 +12,7 @@ from tff_ssl import experiment
 from tff_ssl.federated import client_state
 from tff_ssl.federated import masks
 from tff_ssl.methods import fedema, fedfoa, fedssl, heterogeneous
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
 from tests import spread

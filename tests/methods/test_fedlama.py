@@ -13,8 +13,8 @@ from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import client_state
 from tff_ssl.federated import masks
 from tff_ssl.methods.fedfoa import FeatureCorrelationConfig
-from tff_ssl.methods import fedfoa, fedlama
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.methods import fedfoa, fedlama, fedu2
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.grouping import Simulation
 from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of, resnet
@@ -88,12 +88,12 @@ def clients():
   return [clients_of([c], n)[0] for c, n in SIZES.items()]
 
 
-def fedlama_process(simulation, stages=()):
-  """The FedAvg process with FedLAMA's stage first (and `stages` after it)."""
+def fedlama_process(simulation, stages=(), lama_last=False):
+  """The FedAvg process with FedLAMA's stage first (and `stages` after it; `lama_last`: before)."""
   model = resnet()
-  lama = fedlama.FedLAMAStage(model, fedlama.FedLAMAConfig(interval=1, phi=2))
+  lama = (fedlama.FedLAMAStage(model, fedlama.FedLAMAConfig(interval=1, phi=2)),)
   return FedAvgSSLProcess(model, SHAPE, SGD, CONFIG, simulation=simulation,
-                          stages=(lama,) + tuple(stages))
+                          stages=tuple(stages) + lama if lama_last else lama + tuple(stages))
 
 
 def lama_state(state):
@@ -220,6 +220,30 @@ def test_fedfoa_and_fedlama_run_together():
       np.testing.assert_array_equal(server[3].weights[t], server[2].weights[t])
   own = store.read([0], 3, None)[0]
   assert float(own["last_round"]) == 2.0 and len(own["own"]) == len(server[3].weights)
+  # The other order (FedFoA's stage first): FedFoA wraps FedLAMA's state all the same, and the
+  # round is the same to the bit (FedFoA's stage leaves the update alone).
+  other = fedlama_process(Simulation(group_size=2), stages=(fedfoa.FedFoAStage(fc, dim),),
+                          lama_last=True)
+  store, state = client_state.MemoryClientStateStore(), other.initialize()
+  for r in range(3):
+    state, metrics = other.next(state, clients_of(ids, n=dim), client_ids=ids, store=store)
+    assert sorted(metrics["aggregation"]) == sorted(agg[r])
+    for key, value in agg[r].items():
+      np.testing.assert_array_equal(metrics["aggregation"][key], value)
+  for got, want in zip(state.weights, server[3].weights):
+    np.testing.assert_array_equal(got, want)
+
+
+def test_stages_whose_order_would_matter_are_refused_in_one_line():
+  model = resnet()
+  lama = fedlama.FedLAMAStage(model, fedlama.FedLAMAConfig(interval=1, phi=2))
+  eua = fedu2.UnifiedAggregation(size=10)
+  with pytest.raises(ValueError, match="^server stages 'fedlama' and 'fedu2_eua' both change the "
+                     "round's update, so their order would change the round; use one of them$"):
+    FedAvgSSLProcess(model, SHAPE, SGD, CONFIG, stages=(lama, eua))
+  again = fedlama.FedLAMAStage(model, fedlama.FedLAMAConfig(interval=2, phi=2))
+  with pytest.raises(ValueError, match="distinct, non-empty keys"):
+    FedAvgSSLProcess(model, SHAPE, SGD, CONFIG, stages=(lama, again))
 
 
 def test_fedlama_takes_fedfoa_as_a_flag():

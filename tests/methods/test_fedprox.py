@@ -13,7 +13,7 @@ from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import client_state, client_work, common
 from tff_ssl.methods import fedprox
 from tff_ssl.federated.client_work import ClientConfig, Step
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.grouping import Simulation
 from tests.bin import binaries
 from tests.federated.test_round_anatomy import AUGMENT, SGD, SHAPE, clients_of, resnet

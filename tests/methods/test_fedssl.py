@@ -15,7 +15,7 @@ from tff_ssl.federated import masks
 from tff_ssl.methods import fedema, fedssl, fedu
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.ssl import Hparams
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.federated.grouping import Simulation
 from tests.federated.test_round_anatomy import AUGMENT, SHAPE, clients_of, resnet

@@ -15,8 +15,8 @@ from tff_ssl import experiment
 from tff_ssl.federated import client_state, client_work, common
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.grouping import Simulation
-from tff_ssl.federated import masks
-from tff_ssl.methods import fedavg, fedu2
+from tff_ssl.federated import fedavg_process, masks
+from tff_ssl.methods import fedu2
 
 
 def exact_min_norm(gram):
@@ -77,7 +77,7 @@ def test_a_round_steps_along_the_unified_update_of_the_clients_own_updates():
   ids = [0, 1, 2]
   # Grouped (the default): the reports come from the slots' clients one by one. bin/train runs it
   # too (tests/methods/test_contract.py).
-  process = fedavg.FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(group_size=2),
+  process = fedavg_process.FedAvgSSLProcess(model, SHAPE, SGD, config, simulation=Simulation(group_size=2),
                                     mask=mask, stages=(fedu2.UnifiedAggregation(size),))
   state = process.initialize()
   reports = process.compute_update(state, clients_of(ids), client_ids=ids)["reports"]["fedu2_eua"]

@@ -32,7 +32,7 @@ from tff_ssl.federated import common
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.grouping import Simulation
 from tff_ssl.methods.dcco import DCCOConfig, DCCOProcess
-from tff_ssl.methods.fedavg import FedAvgSSLProcess
+from tff_ssl.federated.fedavg_process import FedAvgSSLProcess
 from tff_ssl.privacy import PrivacyConfig, accounting
 from tff_ssl.privacy.release import PrivateRelease
 from tests import spread

@@ -43,9 +43,8 @@ from tff_ssl.federated import local_steps
 from tff_ssl.federated import masks
 from tff_ssl.federated.ssl_model import HEAD_NORM
 from tff_ssl.federated.functional import FunctionalModel
-from tff_ssl.losses import moco
 
-DEFAULT_TARGET_DECAY = ssl_lib.DEFAULT_TARGET_DECAY
+DEFAULT_TARGET_DECAY = ssl_lib.byol.DEFAULT_TARGET_DECAY
 
 # `ClientConfig.ssl` "": the client has no SSL loss of its own, its terms' losses are its loss (DCCO's
 # statistics term, whose loss reads the round's broadcast aggregate).
@@ -356,7 +355,7 @@ def _next_ssl_state(cfg: ClientConfig, carried: dict, step: Step, new, record: d
     out["target"] = _ema(list(step.start) if out["target"] is None else out["target"], new,
                          cfg.hparams.target_decay)
   if "queue" in out:
-    out["queue"] = moco.enqueue(out["queue"], step.outputs.t2)
+    out["queue"] = ssl_lib.moco.enqueue(out["queue"], step.outputs.t2)
   for t in cfg.terms:
     if t.key in out:
       out[t.key] = t.after_step(out[t.key], step, record.get(t.key))

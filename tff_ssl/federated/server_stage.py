@@ -13,10 +13,19 @@ A `ServerStage` is what a method adds to the round on the server, with what its 
                       takes, its new part of the method state, measurements for aggregation.csv)
     after_optimizer   what it does with the new global weights (default: nothing)
 
-Stages compose. A process takes a sequence of them. Each stage in turn wraps the client state, adds
-its terms and chooses the factory. Each then takes the round's update in order, before the optimizer
-step and after it. So FedFoA (a bank of the clients' feature correlations) and FedLAMA (per-layer
-aggregation intervals) run together in one FedAvg process, where subclasses of the process could not.
+Stages compose, folded into a host by one function (`fold`). What each does to the round is
+declared, and checked when composed:
+
+    client_state_role  "provides": the clients' state is its own (it takes none: FedLAMA's own
+                       model); "wraps": it wraps the state the clients keep (FedFoA); "": neither
+    changes_update     its `before_optimizer` / `after_optimizer` change what the server optimizer
+                       takes or gives (FedLAMA: the layers not aggregated; FedU²'s EUA: the update)
+    chooses_aggregation  its `aggregation` replaces the method's factory (FedLAMA's discrepancy)
+
+The providers' state is made first and the wrappers wrap it, whatever the stages' order; terms are
+added and updates taken in the stages' order. So the order changes nothing where at most one stage
+changes the update and at most one chooses the aggregation (FedLAMA and FedFoA, either way round);
+where two do, their order would change the result and `fold` refuses them in one line.
 """
 
 from __future__ import annotations
@@ -28,9 +37,13 @@ from tff_ssl.federated import client_state as client_state_lib
 
 
 class ServerStage:
-  """A server-side plug-in (module docstring). Subclasses override what they use."""
+  """A server-side plug-in (module docstring). Subclasses override what they use and declare what
+  they change."""
 
   key: str = ""
+  client_state_role: str = ""  # "provides", "wraps" or "" (module docstring).
+  changes_update: bool = False
+  chooses_aggregation: bool = False
 
   def check(self, model) -> None:
     """ValueError where `model` cannot take this stage (default: any model can)."""
@@ -74,13 +87,55 @@ class ServerStage:
     return new_weights
 
 
+ROLES = ("", "provides", "wraps")
+
+
+def check(stages: Sequence[ServerStage]) -> None:
+  """ValueError (one line) where the stages cannot compose: the same key twice, an unknown role, two
+  stages that both provide the clients' state, change the update or choose the aggregation."""
+  keys = [s.key for s in stages]
+  if len(set(keys)) != len(keys) or not all(keys):
+    raise ValueError(f"server stages need distinct, non-empty keys; got {keys}")
+  for s in stages:
+    if s.client_state_role not in ROLES:
+      raise ValueError(f"server stage {s.key!r}: client_state_role must be one of {ROLES}; got "
+                       f"{s.client_state_role!r}")
+  for what, of in (("provide the clients' state", lambda s: s.client_state_role == "provides"),
+                   ("change the round's update", lambda s: s.changes_update),
+                   ("choose the aggregation", lambda s: s.chooses_aggregation)):
+    both = [s.key for s in stages if of(s)]
+    if len(both) > 1:
+      raise ValueError(f"server stages {both[0]!r} and {both[1]!r} both {what}, so their order "
+                       f"would change the round; use one of them")
+
+
+def fold_client_state(stages: Sequence[ServerStage], inner, model):
+  """The clients' state with `stages`, given the host's `inner`: the providers' first, then the
+  others' in order (wrappers wrap what is there by then)."""
+  for s in sorted(stages, key=lambda s: s.client_state_role != "provides"):
+    inner = s.client_state(inner, model)
+  return inner
+
+
+def fold(stages: Sequence[ServerStage], model, client_state, config, factory):
+  """(client state, client config, aggregation factory) of a host with `stages` folded in: each
+  checks the model, the client state is wrapped (`fold_client_state`), the terms are added and the
+  factory chosen in the stages' order (`check` first)."""
+  check(stages)
+  for s in stages:
+    s.check(model)
+  client_state = fold_client_state(stages, client_state, model)
+  config = config.with_terms(*(t for s in stages for t in s.terms()))
+  for s in stages:
+    factory = s.aggregation(factory)
+  return client_state, config, factory
+
+
 def initial_state(stages: Sequence[ServerStage]):
   """The method state of a round with `stages`: each stage's part under its key (`()`: none)."""
   if not stages:
     return ()
-  keys = [s.key for s in stages]
-  if len(set(keys)) != len(keys) or not all(keys):
-    raise ValueError(f"server stages need distinct, non-empty keys; got {keys}")
+  check(stages)
   return collections.OrderedDict((s.key, s.initial_state()) for s in stages)
 
 

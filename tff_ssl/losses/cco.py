@@ -7,6 +7,14 @@ average the statistics (phase 1) and every client evaluate the loss on the aggre
 
     L = sum_i (1 - C_ii)^2 + lambda * sum_i 1/(d-1) sum_{j != i} C_ij^2                      (eq. 1)
     C_ij = (<F_i G_j> - <F_i><G_j>) / (sqrt(<F_i^2> - <F_i>^2) sqrt(<G_j^2> - <G_j>^2))      (eq. 2)
+
+Within one client (`--ssl=cco` on FedAvg-style clients and centralized) the loss is computed from the
+batch's correlation matrix (`cco_loss`) and, for a group of clients concatenated in one batched pass,
+from n x n Gram matrices (`cco_loss_per_client`): with F^, G^ the per-dimension standardized
+encodings (n x d), C = F^T G^ / n, so sum_ij C_ij^2 = <F^ F^T, G^ G^T>_F / n^2 (n^2 d instead of n d^2
+work, for n << d). CCO is the Barlow Twins loss with its off-diagonal weight written as
+lambda / (d - 1): Barlow Twins' lambda_BT is `cco_lambda / (d - 1)` (lambda_BT = 5e-3 at d = 128 is
+cco_lambda = 0.635).
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from typing import NamedTuple, Sequence
 
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
+from tff_ssl.losses import per_client
 from tff_ssl.losses.statistics import StatisticsLoss, Term, check_batch, check_encodings
 
 DEFAULT_LAMBDA = 20.0  # The paper's trade-off (Sec. 4.1).
@@ -91,6 +101,31 @@ def cco_loss(f: tf.Tensor, g: tf.Tensor, lambd: float = DEFAULT_LAMBDA,
   return cco_loss_from_statistics(encoding_statistics(f, g), lambd, eps)
 
 
+def cco_loss_per_client(f: tf.Tensor, g: tf.Tensor, sizes: tf.Tensor,
+                        lambd: float = DEFAULT_LAMBDA,
+                        eps: float = DEFAULT_EPS) -> tf.Tensor:
+  """[K] within-client CCO losses (eq. 1) of clients whose rows of `f`, `g` have the given sizes."""
+  fp, mask = per_client.pad_by_client(tf.convert_to_tensor(f), sizes)
+  gp, _ = per_client.pad_by_client(tf.convert_to_tensor(g, fp.dtype), sizes)
+  n = tf.reduce_sum(mask, axis=1)[:, None]  # [K, 1]
+  w = mask[:, :, None]
+
+  def standardized(x):  # Same one-pass moments as `cross_correlation`.
+    mean = tf.reduce_sum(w * x, axis=1) / n
+    var = tf.maximum(tf.reduce_sum(w * tf.square(x), axis=1) / n - tf.square(mean), 0.0)
+    return w * (x - mean[:, None, :]) / tf.sqrt(var + eps)[:, None, :]
+
+  fh, gh = standardized(fp), standardized(gp)
+  d = tf.cast(tf.shape(fp)[2], fp.dtype)
+  diag = tf.reduce_sum(fh * gh, axis=1) / n  # [K, d]: C_ii.
+  gram_f = tf.matmul(fh, fh, transpose_b=True)
+  gram_g = tf.matmul(gh, gh, transpose_b=True)
+  all_sq = tf.reduce_sum(gram_f * gram_g, axis=[1, 2]) / tf.square(n[:, 0])  # sum_ij C_ij^2.
+  on_diag = tf.reduce_sum(tf.square(1.0 - diag), axis=1)
+  off_diag = all_sq - tf.reduce_sum(tf.square(diag), axis=1)
+  return on_diag + lambd * off_diag / (d - 1.0)
+
+
 def _loss(stats, count, hparams=None, eps: float = DEFAULT_EPS):
   del count  # Correlations are scale-free: no 1/(N-1).
   return cco_loss_from_statistics(EncodingStatistics(**stats),
@@ -104,5 +139,9 @@ STATISTICS = StatisticsLoss(
     terms=(Term("mean_f", lambda f, g: f), Term("mean_f2", lambda f, g: tf.square(f)),
            Term("mean_g", lambda f, g: g), Term("mean_g2", lambda f, g: tf.square(g)),
            Term("mean_fg", lambda f, g: f, outer=lambda f, g: g)),
-    loss_fn=_loss, hparams=("cco_lambda",), eps=DEFAULT_EPS,
-    summary="CCO, the Barlow Twins cross-correlation loss (DCCO, eq. 1-2)")
+    loss_fn=_loss, eps=DEFAULT_EPS,
+    fields=(Field("cco_lambda", DEFAULT_LAMBDA, "CCO off-diagonal weight (CCO methods only).",
+                  lower=0),),
+    summary="CCO, the Barlow Twins cross-correlation loss (DCCO, eq. 1-2)",
+    batch_form=lambda f, g, hp: cco_loss(f, g, lambd=hp.cco_lambda),
+    per_client_form=lambda f, g, sizes, hp: cco_loss_per_client(f, g, sizes, lambd=hp.cco_lambda))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tff_ssl.losses import ntxent
+from tff_ssl.ssl import simclr
 
 DEFAULT_TEMPERATURE = 0.1  # FEDX main.py: the contrastive and both relational temperatures.
 
@@ -58,6 +58,6 @@ def fedx_terms(z1, z2, q1, q2, z_anchors, global_z2, global_anchors,
                temperature: float = DEFAULT_TEMPERATURE) -> dict[str, tf.Tensor]:
   """FedX's three added terms (module docstring); the global model's outputs are constants."""
   global_z2, global_anchors = tf.stop_gradient(global_z2), tf.stop_gradient(global_anchors)
-  return {"global_contrastive": ntxent.nt_xent_loss(q1, global_z2, temperature),
+  return {"global_contrastive": simclr.nt_xent_loss(q1, global_z2, temperature),
           "local_relational": relational_loss(z1, z2, z_anchors, temperature),
           "global_relational": relational_loss(q1, q2, global_anchors, temperature)}

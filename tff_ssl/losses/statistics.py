@@ -19,7 +19,7 @@ of concatenated clients (the grouped simulation's within-client losses).
   vicreg    variance-invariance-covariance (`vicreg.py`)          Bardes et al., 2022, eq. 1-6
   spectral  spectral contrastive loss (`spectral.py`)             HaoChen et al., 2021, eq. 5
 
-Adding one: a module with its terms and loss, and one line in `tff_ssl.losses.STATISTICS`; DCCO, FedAvg
+Adding one: a module with its terms, loss and fields, and one line in `tff_ssl.losses.STATISTICS`; DCCO, FedAvg
 and centralized pretraining then take `--ssl=<name>` (`tff_ssl.ssl` derives the within-client method).
 """
 
@@ -154,16 +154,26 @@ Statistics = Mapping[str, tf.Tensor]
 class StatisticsLoss:
   """A loss of means over images (module doc). `loss(stats, count, hparams)`: `stats` maps the
   terms' names to their means (broadcasting over leading client dimensions: [K, ...] and count [K]),
-  `count` the images they are over, `hparams` any object with the fields named in `hparams`.
+  `count` the images they are over, `hparams` any object with the fields it declares (`fields`).
   `eps` the default variance floor (`loss`'s keyword, which DP-DCCO raises by the noise's scale)."""
 
   name: str
   terms: tuple[Term, ...]
   loss_fn: Callable[..., tf.Tensor]
-  hparams: tuple[str, ...] = ()
+  fields: tuple[Any, ...] = ()  # Its hyperparameters (`tff_ssl.config_fields.Field`s), read by name.
   eps: float = 0.0
   min_samples: int = 2  # Fewest images a within-batch loss is defined for (1/(N-1), correlations).
   summary: str = ""
+  # Its own within-client forms, where it has them (CCO: the correlation matrix, the Gram form): the
+  # within-client SSL method derived from it (`tff_ssl.ssl.statistics`) uses them instead of
+  # `batch_loss` / `per_client_loss`. batch_form(f, g, hparams); per_client_form(f, g, sizes, hparams).
+  batch_form: Callable[..., tf.Tensor] | None = None
+  per_client_form: Callable[..., tf.Tensor] | None = None
+
+  @property
+  def hparams(self) -> tuple[str, ...]:
+    """The names of its hyperparameters (its `fields`)."""
+    return tuple(f.name for f in self.fields)
 
   @property
   def names(self) -> tuple[str, ...]:

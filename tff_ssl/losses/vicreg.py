@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tff_ssl.config_fields import Field
 from tff_ssl.losses.statistics import StatisticsLoss, Term
 
 DEFAULT_INVARIANCE = 25.0  # lambda
@@ -63,6 +64,11 @@ STATISTICS = StatisticsLoss(
            Term("mean_gg", lambda f, g: g, outer=lambda f, g: g),
            Term("mean_distance", lambda f, g: tf.reduce_sum(tf.square(f - g), axis=1))),
     loss_fn=loss_from_statistics,
-    hparams=("vicreg_invariance", "vicreg_variance", "vicreg_covariance"),
+    fields=(Field("vicreg_invariance", DEFAULT_INVARIANCE, "VICReg: the invariance term's "
+                  "weight (lambda).", lower=0),
+            Field("vicreg_variance", DEFAULT_VARIANCE, "VICReg: the variance term's weight (mu).",
+                  lower=0),
+            Field("vicreg_covariance", DEFAULT_COVARIANCE, "VICReg: the covariance term's weight "
+                  "(nu).", lower=0)),
     eps=EPS,
     summary="VICReg: invariance, variance and covariance terms (Bardes et al., 2022)")

@@ -1,6 +1,6 @@
 """LW-FedSSL's representation alignment (Ye et al., Sec. 3.3) as a client term: the client's loss
 adds beta * InfoNCE between its local encoder's features of view 1 and the features that the model
-it started from (the broadcast, global one) gives view 2, held fixed (`losses.alignment_loss`).
+it started from (the broadcast, global one) gives view 2, held fixed (`tff_ssl.ssl.mocov3.alignment_loss`).
 
 The model must output its encoder's features last (`ssl_model.ssl_model_builder(..., features=True)`).
 The field it reads: `alignment_weight` (beta; the paper's 0.01).
@@ -12,7 +12,7 @@ import dataclasses
 
 import tensorflow as tf
 
-from tff_ssl import losses
+from tff_ssl.ssl import mocov3
 from tff_ssl.config_fields import Field
 from tff_ssl.federated.client_work import ClientTerm
 
@@ -34,7 +34,7 @@ class RepresentationAlignment(ClientTerm):
   def loss(self, step, carried):
     del carried
     global_features = step.model(list(step.start), step.v2, training=True)[-1]
-    return self.weight * losses.alignment_loss(
+    return self.weight * mocov3.alignment_loss(
         step.outputs.h1, tf.stop_gradient(global_features), self.temperature), None
 
 

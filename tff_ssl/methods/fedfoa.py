@@ -113,6 +113,7 @@ class FeatureCorrelationTerm(ClientTerm):
   config: FeatureCorrelationConfig
   dim: int  # n: the projection's dimension.
   key = KEY
+  client_state_role = "wraps"  # The base method's state, in a FeatureCorrelationState.
 
   @property
   def stateful(self) -> bool:

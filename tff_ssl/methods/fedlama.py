@@ -47,7 +47,7 @@ import tensorflow as tf
 from tff_ssl import aggregators, privacy
 from tff_ssl.aggregators import ClientInfo
 from tff_ssl.federated import client_state as client_state_lib
-from tff_ssl.federated import masks
+from tff_ssl.federated import fedavg_process, masks
 from tff_ssl.federated import server_step
 from tff_ssl.federated.server_stage import ServerStage
 from tff_ssl.methods import addons, fedavg
@@ -182,6 +182,9 @@ class FedLAMAStage(ServerStage):
   """
 
   key = KEY
+  client_state_role = "provides"  # The clients' own model.
+  changes_update = True  # The layers not aggregated keep their global value.
+  chooses_aggregation = True  # FedAvg with the discrepancy measure.
 
   def __init__(self, model, lama: FedLAMAConfig):
     self.mask = masks.TensorMask.require_all(model, "FedLAMA")
@@ -270,13 +273,13 @@ def _validate(config):
   lama_config(config)
 
 
-def build(config, model, image_shape, context=None) -> fedavg.FedAvgSSLProcess:
+def build(config, model, image_shape, context=None) -> fedavg_process.FedAvgSSLProcess:
   """The FedAvg process with FedLAMA's stage (and FedFoA's after it, with `--fedfoa`)."""
   del context  # The server trains on nothing of its own; one aggregation a round.
   fedavg_config, _, simulation = fedavg.process_config(config)
   mask = masks.TensorMask.require_all(model, "FedLAMA")
   stages = (FedLAMAStage(model, lama_config(config)),) + addons.stages(config, model, mask)
-  return fedavg.FedAvgSSLProcess(model, image_shape,
+  return fedavg_process.FedAvgSSLProcess(model, image_shape,
                                  server_step.server_optimizer_for(config, model.names), fedavg_config,
                                  simulation=simulation, mask=mask, stages=stages)
 

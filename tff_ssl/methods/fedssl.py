@@ -48,7 +48,7 @@ import tensorflow as tf
 
 from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
-from tff_ssl.federated import masks
+from tff_ssl.federated import fedavg_process, masks
 from tff_ssl.federated import server_step
 from tff_ssl.methods import addons, fedavg
 from tff_ssl.method import Method
@@ -225,7 +225,7 @@ def build(config, model, image_shape, stateful: StatefulConfig):
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
                              fedavg_config.hparams.moco_queue if method.queue else 0)
-  return fedavg.FedAvgSSLProcess(
+  return fedavg_process.FedAvgSSLProcess(
       model, image_shape, server_step.server_optimizer_for(config, model.names), fedavg_config,
       aggregator.build(model), simulation, client_state=state,
       stages=addons.stages(config, model, mask))  # --fedfoa's bank, EUA.

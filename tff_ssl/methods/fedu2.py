@@ -142,6 +142,7 @@ class UnifiedAggregation(ServerStage):
   """EUA's server side: the update the server optimizer takes is `unified_update` of the reports."""
 
   key = "fedu2_eua"
+  changes_update = True  # The min-norm combination of the clients' updates replaces the aggregate.
 
   def __init__(self, size: int):
     self.size = size

@@ -114,17 +114,12 @@ class HeterogeneousProcess:
     self.dim = dims.pop()
     # FedFoA's server stage (its bank), where the clients align their features.
     self.stages = tuple(stages)  # The add-ons' (FedFoA's bank, where the clients align features).
-    for stage in self.stages:
-      for model in self.models:
-        stage.check(model)
-    self.config = config.with_terms(*(t for s in self.stages for t in s.terms()))
     self.simulation = simulation
     self.states = []
     self.round_of, self.parts_of = [], []
-    for model in self.models:
-      state = OwnModelState(self.config.method.ema_target)
-      for stage in self.stages:
-        state = stage.client_state(state, model)
+    for model in self.models:  # Each architecture's clients: their own model, wrapped by the stages.
+      state, self.config, _ = server_stage.fold(
+          self.stages, model, OwnModelState(config.method.ema_target), config, None)
       self.states.append(state)
       run_round, parts = self._build_round(model, state, image_shape)
       self.round_of.append(run_round)

@@ -41,7 +41,7 @@ import tensorflow as tf
 
 from tff_ssl import optim
 from tff_ssl.federated import client_work, common, ssl_model
-from tff_ssl.federated import masks
+from tff_ssl.federated import fedavg_process, masks
 from tff_ssl.methods import addons, alignment, depth_dropout, fedavg
 from tff_ssl.federated.client_work import ClientConfig, local_training
 from tff_ssl.federated.server_step import ServerState
@@ -141,12 +141,12 @@ class LayerwiseProcess(GlobalModel):
     return masks.TensorMask.from_names(
         model.names, lambda n: trained(n, stage, self.layerwise.schedule) and n not in frozen)
 
-  def process(self, stage: int) -> fedavg.FedAvgSSLProcess:
+  def process(self, stage: int) -> fedavg_process.FedAvgSSLProcess:
     """Stage `stage`'s FedAvg-style process (built at its first use)."""
     if stage not in self._processes:
       model, mask = self.stage_models[stage - 1], self.stage_mask(stage)
       sgd = optim.make_tff_optimizer("sgd", "server", self.learning_rate)
-      self._processes[stage] = fedavg.FedAvgSSLProcess(
+      self._processes[stage] = fedavg_process.FedAvgSSLProcess(
           model, self.image_shape, sgd, self.stage_config(stage), self.aggregator.build(model, mask),
           self.simulation, mask=mask)
     return self._processes[stage]

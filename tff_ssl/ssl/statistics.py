@@ -12,16 +12,19 @@ from tff_ssl.ssl.base import SSLMethod
 
 
 def method(entry: losses.statistics.StatisticsLoss) -> SSLMethod:
-  """`entry` as a within-client SSL method (projections only, no predictor or target network)."""
+  """`entry` as a within-client SSL method (projections only, no predictor or target network), with
+  its own within-client forms where it has them (CCO's)."""
+  batch = entry.batch_form or entry.batch_loss
+  per_client = entry.per_client_form or entry.per_client_loss
   return SSLMethod(
       name=entry.name,
-      loss=lambda o, hp: entry.batch_loss(o.z1, o.z2, hp),
-      per_client_loss=lambda o, sizes, hp: entry.per_client_loss(o.z1, o.z2, sizes, hp),
-      min_samples=entry.min_samples, hparams=entry.hparams,
+      loss=lambda o, hp: batch(o.z1, o.z2, hp),
+      per_client_loss=lambda o, sizes, hp: per_client(o.z1, o.z2, sizes, hp),
+      min_samples=entry.min_samples, hparams=entry.hparams, fields=entry.fields,
       # --head_norm=batch: BN in the projector's hidden layers (VICReg's expander, as Barlow Twins').
       batch_heads="hidden")
 
 
-def methods(exclude: tuple[str, ...] = ()) -> tuple[SSLMethod, ...]:
-  """A method for every statistics loss but those in `exclude` (those with a module of their own)."""
-  return tuple(method(e) for name, e in losses.STATISTICS.items() if name not in exclude)
+def methods() -> tuple[SSLMethod, ...]:
+  """A within-client method for every statistics loss."""
+  return tuple(method(e) for e in losses.STATISTICS.values())

@@ -21,20 +21,18 @@ from typing import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 
-from tff_ssl import losses as losses_lib
 from tff_ssl import optim
 from tff_ssl import runtime
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.config_fields import Field
 from tff_ssl.data.augment import AugmentConfig, two_views
-from tff_ssl.losses import moco as moco_loss
 from tff_ssl.method import CENTRALIZED_FIELDS, Method
 from tff_ssl.models import SSLModel
 from tff_ssl.models.layers import batch_segments
 
 # SSL methods centralized pretraining trains with: all of them.
 CENTRALIZED_SSL = tuple(ssl_lib.SSL_METHODS)
-DEFAULT_TARGET_DECAY = ssl_lib.DEFAULT_TARGET_DECAY
+DEFAULT_TARGET_DECAY = ssl_lib.byol.DEFAULT_TARGET_DECAY
 
 # The fields centralized pretraining (and the supervised baseline) read: their one check.
 STEPS = Field("steps", 300, "Pretraining steps.", lower=1)
@@ -136,7 +134,7 @@ def make_train_step(model: SSLModel, config: PretrainConfig,
       for target_weight, online_weight in zip(target_weights, online_weights):
         target_weight.assign(decay * target_weight + (1.0 - decay) * online_weight)
     if queue is not None:
-      queue.assign(moco_loss.enqueue(queue, t2))
+      queue.assign(ssl_lib.moco.enqueue(queue, t2))
     return loss
 
   return train_step
