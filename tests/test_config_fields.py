@@ -2,17 +2,20 @@
 its check and its bin/train flag; a method declares its own; hparams.json carries the layout's
 version, and an older one still reads."""
 
+import ast
 import dataclasses
 import json
+import pathlib
 import subprocess
 import sys
 
 import pytest
 from absl import flags
 
-from tff_ssl import cli, config_fields, experiment, methods, rundir
+from tff_ssl import cli, config_fields, experiment, methods, rundir, runner
 from tff_ssl.config_fields import Field
 from tff_ssl.experiment import ExperimentConfig
+from tff_ssl.federated.functional import FunctionalModel
 from tff_ssl.method import Method
 from tff_ssl.methods import fedavg, fedprox
 
@@ -121,3 +124,25 @@ def test_hparams_carry_the_layout_version_and_an_older_layout_still_reads(tmp_pa
   with pytest.raises(ValueError, match=r"hparams.json has config_version 3, newer than this "
                                        r"tff-ssl's 2; update tff-ssl"):
     experiment.load_config(str(tmp_path))
+
+
+
+def test_a_config_is_parsed_once_and_build_reads_what_validate_returned():
+  # Behavior: FedAvg's build takes the ClientConfig made when the config was (a field changed behind
+  # the config's back afterwards does not reach it).
+  config = ExperimentConfig(method="fedavg", ssl="simclr", dataset="synthetic", encoder="resnet8",
+                            width=0.25, projector=(16, 8), client_learning_rate=0.05)
+  assert config.parsed[0].client_learning_rate == 0.05
+  object.__setattr__(config, "client_learning_rate", 9.0)  # Not through the config's checks.
+  model = FunctionalModel(runner.ssl_model_builder(config, (12, 12, 1)))
+  assert runner.build_process(config, model, (12, 12, 1)).config.client_learning_rate == 0.05
+  # Structure: no method's build (or process constructor) calls a parser of the config
+  # (`process_config`, a `validate`, a typed config's maker); each reads `config.parsed`.
+  parsers = {"process_config", "validate", "_validate", "lama_config", "stateful_of",
+             "feature_correlation_config", "pretrain_config"}
+  for path in pathlib.Path(methods.__file__).parent.glob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if isinstance(node, ast.FunctionDef) and node.name in ("build", "__init__"):
+        called = {getattr(c.func, "attr", getattr(c.func, "id", "")) for c in ast.walk(node)
+                  if isinstance(c, ast.Call)}
+        assert not called & parsers, (path.name, node.lineno, called & parsers)

@@ -5,9 +5,11 @@ domain (bounds, choices). From it come the dataclass field (`dataclass_field`), 
 the one place its rule is written; typed sub-configs that receive the value call the same check),
 and its command-line flag (`tff_ssl.cli.define_config_flags`: bin/train writes no flag by hand).
 
-The shared fields are declared in `tff_ssl/experiment.py`; a method declares the fields only it (or
-its family) reads in its own module, as `Method.options` (`tff_ssl.method`), and `ExperimentConfig`
-is assembled from both. Adding a method's field is one `Field(...)` in the method's module.
+Every field is declared by the module that owns it (a partition's in `data/partition.py`, the probe's
+in `evaluation/protocols.py`, a loss's with the loss, ...; `tff_ssl/experiment.py` gathers the ones
+every run has); a method declares the fields only it (or its family) reads in its own module, in
+`Method.fields` (`tff_ssl.method`), and `ExperimentConfig` is assembled from both. Adding a method's
+field is one `Field(...)` in the method's module.
 
 hparams.json carries `config_version` (`VERSION`). A run folder written by an older layout is
 upgraded on reading (`upgrade`); one written by a newer layout is refused in one line.

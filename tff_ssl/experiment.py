@@ -39,6 +39,7 @@ from tff_ssl import progress as progress_lib
 from tff_ssl import ssl as ssl_lib
 from tff_ssl import observers, runner
 from tff_ssl.config_fields import Field
+from tff_ssl.data.augment import BLUR, CROP_MIN_SCALE
 from tff_ssl import privacy as privacy_lib
 from tff_ssl.federated import functional, grouping, sampling, ssl_model
 from tff_ssl.federated import local_steps
@@ -57,84 +58,37 @@ def method_specific_fields() -> tuple[str, ...]:
 PARTITIONS = {name: p.fields for name, p in data_lib.PARTITIONS.items()}
 
 
-def _gt0(name: str, default, help_: str, **kw) -> Field:
-  return Field(name, default, help_, lower=0, open_lower=True, **kw)
-
-
-# The fields every run has (the methods declare their own: `Method.fields`). Where a typed
-# sub-config also receives a value, the `Field` is declared beside it and shared.
+# The fields every run has, each declared by its owner (the data sources, partitions, augmentation,
+# models, heads, SSL losses, sampling, the client and server steps, evaluation, the observers, the
+# runner); the methods declare their own (`Method.fields`). Only what names a run is declared here.
 SHARED_FIELDS = (
     Field("method", "centralized", "Method (tff_ssl.methods): " + "; ".join(
         f"{m.name}: {m.summary}" for m in methods.METHODS.values()), choices=lambda: methods.METHODS),
     Field("ssl", "cco", "SSL method (tff_ssl.ssl) the method trains with: " + ", ".join(
         f"{m.name} ({'/'.join(m.ssl)})" for m in methods.METHODS.values() if m.ssl) + ".",
           choices=lambda: ssl_lib.SSL_METHODS),
-    Field("dataset", "fashion_mnist", "Image source.", choices=lambda: data_lib.SOURCES),
-    Field("data_dir", None, "tensorflow-datasets folder for tfds sources.", kind=str,
-          optional=True),
-    Field("download", False, "Let tfds download a missing dataset (needs the internet)."),
-    Field("encoder", "resnet14", "Encoder backbone.", choices=lambda: models.ENCODERS),
-    _gt0("width", 1.0, "Encoder width multiplier."),
-    models.resnet.STEM_STRIDE, models.resnet.POOL_GRID, models.resnet.WEIGHT_STANDARDIZATION, models.vit.DEPTH, models.vit.PATCH_SIZE,
+    data_lib.sources.DATASET, data_lib.sources.DATA_DIR, data_lib.sources.DOWNLOAD,
+    models.ENCODER, models.WIDTH, models.resnet.STEM_STRIDE, models.resnet.POOL_GRID,
+    models.resnet.WEIGHT_STANDARDIZATION, models.vit.DEPTH, models.vit.PATCH_SIZE,
     models.vit.READOUT, models.vit.FREEZE_PATCH_EMBED, models.layers.PRECISION,
-    Field("projector", (512, 512, 512), "Projector layer sizes, e.g. 1024,1024,1024.", item=int,
-          lower=1),
-    Field("predictor", (), "BYOL / SimSiam predictor layer sizes, ending at the projector's output "
-          "(empty: 512,<projector output>).", item=int, lower=1),
-    ssl_model.HEAD_NORM, ssl_model.PROJECTOR_OUTPUT,
+    ssl_model.PROJECTOR, ssl_model.PREDICTOR, ssl_model.HEAD_NORM, ssl_model.PROJECTOR_OUTPUT,
     *ssl_lib.HPARAMS.values(),
     centralized.STEPS, centralized.BATCH_SIZE, centralized.OPTIMIZER, centralized.LEARNING_RATE,
     centralized.WEIGHT_DECAY, optim.WARMUP_FRACTION,
-    Field("crop_min_scale", 0.2, "Smallest random-resized-crop area fraction.", lower=0, upper=1,
-          open_lower=True),
-    Field("blur", False, "Gaussian blur in the views (BYOL: on; DCCO CIFAR: off)."),
+    CROP_MIN_SCALE, BLUR,  # tff_ssl/data/augment.py's (the package's `augment` is a function).
     # Federated methods.
-    Field("rounds", 100, "Federated rounds.", lower=1),
-    data_lib.partition.NUM_CLIENTS,
-    Field("partition", "dirichlet", "dirichlet: num_clients x samples_per_client, labels ~ "
-          "Dir(alpha); dirichlet_split: every class split over the clients by Dir(alpha) (unequal "
-          "sizes, the L-DAWA paper's); classes: num_clients x samples_per_client, "
-          "classes_per_client classes each (FedEMA's); per_image: every training image one client "
-          "(num_clients = the split's size).", choices=lambda: data_lib.PARTITIONS),
-    data_lib.partition.SAMPLES_PER_CLIENT,
-    Field("split_samples", 0, "dirichlet_split: split this many random training images (0: all).",
-          lower=0, note="0: the whole split"),
-    data_lib.partition.ALPHA,
-    Field("classes_per_client", 2, "classes partition: classes each client holds.", lower=1),
-    Field("clients_per_round", 64, "Clients sampled per round (--client_sampling=poisson: on "
-          "average).", lower=1),
-    sampling.CLIENT_SAMPLING,
+    runner.ROUNDS, data_lib.partition.NUM_CLIENTS, data_lib.partition.PARTITION,
+    data_lib.partition.SAMPLES_PER_CLIENT, data_lib.partition.SPLIT_SAMPLES,
+    data_lib.partition.ALPHA, data_lib.partition.CLASSES_PER_CLIENT,
+    sampling.CLIENTS_PER_ROUND, sampling.CLIENT_SAMPLING,
     local_steps.LOCAL_STEPS, local_steps.CLIENT_OPTIMIZER, local_steps.CLIENT_LEARNING_RATE,
     server_step.SERVER_OPTIMIZER, server_step.SERVER_LEARNING_RATE, server_step.SERVER_LR_SCHEDULE,
-    Field("eval_every", 0, "Rounds (steps, centralized) between linear probes (0: only at the "
-          "end).", lower=0),
-    Field("knn_every", 0, "Federated runs: rounds between kNN monitors (k = 200, t = 0.1 on every "
-          "train label, FedEMA's code), also run at the end; 0: none.", lower=0,
-          note="0: no kNN monitor"),
-    Field("measure_weight_norms", False, "Federated runs: write each kernel's norm over its "
-          "initial norm after every round (`kernel_norm/*` in aggregation.csv): how aggregation "
-          "changes the global model's scale."),
-    Field("checkpoint_every", 10, "Rounds between checkpoints (a SavedModel write costs seconds).",
-          lower=1),
-    grouping.SIMULATION, grouping.GROUP_SIZE,
-    Field("validation_fraction", 0.0, "Hold this stratified fraction of train out of pretraining "
-          "and the probe's labels and report accuracy on it instead of on test (hyperparameter "
-          "selection never sees the test split).", lower=0, upper=1, open_upper=True),
-    Field("eval_label_fraction", 0.1, "Labeled fraction for the linear probe.", lower=0, upper=1,
-          open_lower=True),
-    Field("eval_steps", 500, "Linear-probe training steps.", lower=1),
-    _gt0("eval_learning_rate", 2.0, "Linear-probe LARS learning rate."),
-    Field("log_every", 10, "Write the loss every N steps.", lower=1),
+    observers.EVAL_EVERY, observers.KNN_EVERY, observers.MEASURE_WEIGHT_NORMS,
+    observers.CHECKPOINT_EVERY, grouping.SIMULATION, grouping.GROUP_SIZE,
+    evaluation.protocols.VALIDATION_FRACTION, evaluation.protocols.EVAL_LABEL_FRACTION,
+    evaluation.protocols.EVAL_STEPS, evaluation.protocols.EVAL_LEARNING_RATE, observers.LOG_EVERY,
     Field("seed", 0, "Seed of every random choice.", lower=0),
-    Field("ema_eval", 0.0, "Federated runs: the probes (periodic and final, and bin/evaluate) read "
-          "an exponential moving average of the server's weights, decay min(beta, (1 + t) / "
-          "(10 + t)) after round t (De et al. 2022); checkpointed with the run.", lower=0, upper=1,
-          open_upper=True, note="0: the weights themselves"),
-    Field("init_from", "", "Federated runs: start from the encoder of this finished run folder "
-          "(its latest checkpoint; e.g. a centralized run on --dataset=synthetic_leaves, which "
-          "touches no private data): its weights replace the encoder's initialization in every "
-          "part of the process, the heads start fresh. The probe of the starting encoder is "
-          "reported as linear_probe_accuracy_init_from (empty: a random encoder).", kind=str),
+    observers.EMA_EVAL, runner.INIT_FROM,
 )
 
 
@@ -198,13 +152,19 @@ class _ExperimentConfig:
       if self.local_batch_size == 1:
         raise ValueError("--head_norm=batch needs >= 2 images in a client's batch for its "
                          "statistics; got local_batch_size=1 (raise it, or use --head_norm=group)")
-    # The method's own rules, where its typed sub-configs are built (once).
-    self.method_entry.check(self)
+    # The method's own rules, where its typed sub-configs are built (once) and kept for its build.
+    object.__setattr__(self, "_parsed", self.method_entry.check(self))
 
   @property
   def method_entry(self) -> methods.Method:
     """The registry entry of `method` (`tff_ssl.methods`), resolved when the config was made."""
     return self._method_entry
+
+  @property
+  def parsed(self) -> Any:
+    """The method's typed sub-configs, as its `validate` returned them when the config was made:
+    what its `build` reads (the config is parsed once)."""
+    return self._parsed
 
   @property
   def predictor_sizes(self) -> tuple[int, ...]:

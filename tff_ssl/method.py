@@ -41,17 +41,19 @@ class Method:
   kind: "federated" (a TFF process, run by `tff_ssl.runner`), "centralized" (pretraining
     on the pooled data) or "supervised" (the from-scratch baseline; no pretraining).
   fields: the `ExperimentConfig` fields it reads beyond the common ones: names of fields declared
-    elsewhere (`tff_ssl/experiment.py`, or another method's), and `config_fields.Field`s it declares
+    elsewhere (by the module that owns them, gathered in `tff_ssl/experiment.py`, or another method's), and `config_fields.Field`s it declares
     itself (its own fields: their default, help, bounds and choices; the config and bin/train's
     flags are made from them, and their bounds and choices checked when a config is made). The
     chosen SSL method's hyperparameters (`tff_ssl.ssl`) are read too. Setting a field the method
     does not read is an error.
   ssl: the client SSL methods it trains with (empty: it reads no `ssl`).
   validate(config): builds the method's typed sub-configs from an `ExperimentConfig`, which validates
-    them (raises ValueError naming the bad value); called once, when the config is made.
+    them (raises ValueError naming the bad value), and returns them; called once, when the config is
+    made, which keeps them (`ExperimentConfig.parsed`).
   build(config, model, image_shape, context): the method's process (federated methods: a
     `tff_ssl.federated.process.FederatedProcess`; `context` a `process.BuildContext`) over a
-    `FunctionalModel`, with `initialize()` and `next(state, clients, *, client_ids, store)`.
+    `FunctionalModel`, with `initialize()` and `next(state, clients, *, client_ids, store)`; it reads
+    its typed sub-configs from `config.parsed` (what `validate` returned), never parsing them again.
   min_samples(config): the fewest images a client can train on.
   divergence_hint(config): what to change when the loss became NaN (appended to the error).
   no_batch_heads: why the method cannot train with batch-statistics heads (`--head_norm=batch`);
@@ -123,8 +125,9 @@ class Method:
       return self.field_names
     return self.field_names + ("ssl",) + ssl_lib.get(config.ssl).hparams
 
-  def check(self, config) -> None:
-    """Validates `config` for this method: its SSL method, then its typed sub-configs."""
+  def check(self, config) -> Any:
+    """Validates `config` for this method: its SSL method, then its typed sub-configs, which it
+    returns (`validate`'s value)."""
     if self.ssl and config.ssl not in self.ssl:
       raise ValueError(f"method {self.name!r} trains with ssl in {list(self.ssl)}; got "
                        f"ssl={config.ssl!r}")
@@ -132,7 +135,7 @@ class Method:
       set_ = [f.name for f in privacy.FIELDS if getattr(config, f.name, f.default) != f.default]
       if set_:
         raise ValueError(f"--{set_[0]} is refused by method {self.name!r}: {self.no_privacy}")
-    self.validate(config)
+    return self.validate(config)
 
   def hint(self, config) -> str:
     """What to try when a run's loss became NaN or infinite."""

@@ -34,6 +34,26 @@ from tff_ssl import progress as progress_lib
 from tff_ssl.federated import common
 from tff_ssl.federated import server_step, ssl_model
 from tff_ssl.privacy import accounting
+from tff_ssl.config_fields import Field
+
+# Config fields (`ExperimentConfig`), declared by their owner.
+EVAL_EVERY = Field("eval_every", 0, "Rounds (steps, centralized) between linear probes (0: only "
+                   "at the end).", lower=0)
+KNN_EVERY = Field("knn_every", 0, "Federated runs: rounds between kNN monitors (k = 200, t = 0.1 "
+                  "on every train label, FedEMA's code), also run at the end; 0: none.",
+                  lower=0, note="0: no kNN monitor")
+MEASURE_WEIGHT_NORMS = Field("measure_weight_norms", False, "Federated runs: write each kernel's "
+                             "norm over its initial norm after every round (`kernel_norm/*` in "
+                             "aggregation.csv): how aggregation changes the global model's scale.")
+CHECKPOINT_EVERY = Field("checkpoint_every", 10, "Rounds between checkpoints (a SavedModel write "
+                         "costs seconds).", lower=1)
+LOG_EVERY = Field("log_every", 10, "Write the loss every N steps.", lower=1)
+EMA_EVAL = Field("ema_eval", 0.0, "Federated runs: the probes (periodic and final, and "
+                 "bin/evaluate) read an exponential moving average of the server's weights, "
+                 "decay min(beta, (1 + t) / (10 + t)) after round t (De et al. 2022); "
+                 "checkpointed with the run.",
+                 lower=0, upper=1, open_upper=True, note="0: the weights themselves")
+
 
 # What metrics.csv holds per round; each checkpoint holds them too (`Checkpoints.program_state`), so
 # a resumed run writes back exactly the rounds its checkpoint covers (`runner.restore_metrics`).

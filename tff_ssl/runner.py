@@ -33,6 +33,17 @@ from tff_ssl.federated import client_state, common, functional, sampling, ssl_mo
 from tff_ssl.federated import process as process_lib
 from tff_ssl.federated.server_step import ServerState
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.config_fields import Field
+
+# Config fields (`ExperimentConfig`), declared by their owner.
+ROUNDS = Field("rounds", 100, "Federated rounds.", lower=1)
+INIT_FROM = Field("init_from", "", "Federated runs: start from the encoder of this finished run "
+                  "folder (its latest checkpoint; e.g. a centralized run on "
+                  "--dataset=synthetic_leaves, which touches no private data): its weights "
+                  "replace the encoder's initialization in every part of the process, the heads "
+                  "start fresh. The probe of the starting encoder is reported as "
+                  "linear_probe_accuracy_init_from (empty: a random encoder).", kind=str)
+
 
 ENCODER_NAME = ssl_model.ENCODER_NAME
 ssl_model_builder = ssl_model.ssl_model_builder

@@ -34,7 +34,7 @@ class CounterAndMeanUpdate(client_state.ClientState):
 
 def build(config, model, image_shape, context=None):
   del context  # No server training; one aggregation a round.
-  fedavg_config, aggregator, simulation = fedavg.process_config(config)
+  fedavg_config, aggregator, simulation = config.parsed  # What validate returned.
   return fedavg_process.FedAvgSSLProcess(model, image_shape,
                                  server_step.server_optimizer_for(config, model.names), fedavg_config,
                                  aggregator.build(model), simulation,

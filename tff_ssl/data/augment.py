@@ -22,6 +22,13 @@ import dataclasses
 
 import numpy as np
 import tensorflow as tf
+from tff_ssl.config_fields import Field
+
+# Config fields (`ExperimentConfig`), declared by their owner.
+CROP_MIN_SCALE = Field("crop_min_scale", 0.2, "Smallest random-resized-crop area fraction.",
+                       lower=0, upper=1, open_lower=True)
+BLUR = Field("blur", False, "Gaussian blur in the views (BYOL: on; DCCO CIFAR: off).")
+
 
 # Column of each uniform draw in the per-example random matrix.
 _CROP_AREA, _CROP_LOGRATIO, _CROP_Y, _CROP_X, _FLIP, _JITTER, _BRIGHT, _CONTRAST, _SAT, _HUE, \

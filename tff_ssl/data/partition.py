@@ -32,6 +32,19 @@ import numpy as np
 
 from tff_ssl.config_fields import Field
 
+# Config fields (`ExperimentConfig`), declared by their owner.
+PARTITION = Field("partition", "dirichlet", "dirichlet: num_clients x samples_per_client, labels "
+                  "~ Dir(alpha); dirichlet_split: every class split over the clients by "
+                  "Dir(alpha) (unequal sizes, the L-DAWA paper's); classes: num_clients x "
+                  "samples_per_client, classes_per_client classes each (FedEMA's); per_image: "
+                  "every training image one client (num_clients = the split's size).",
+                  choices=lambda: PARTITIONS)
+SPLIT_SAMPLES = Field("split_samples", 0, "dirichlet_split: split this many random training "
+                      "images (0: all).", lower=0, note="0: the whole split")
+CLASSES_PER_CLIENT = Field("classes_per_client", 2, "classes partition: classes each client "
+                           "holds.", lower=1)
+
+
 # The partitions' config fields (their one check).
 NUM_CLIENTS = Field("num_clients", 6000, "Clients in the partition of the train split.", lower=1)
 SAMPLES_PER_CLIENT = Field("samples_per_client", 1, "Images per client (dirichlet and classes "

@@ -26,6 +26,14 @@ import struct
 from typing import Callable
 
 import numpy as np
+from tff_ssl.config_fields import Field
+
+# Config fields (`ExperimentConfig`), declared by their owner.
+DATASET = Field("dataset", "fashion_mnist", "Image source.", choices=lambda: SOURCES)
+DATA_DIR = Field("data_dir", None, "tensorflow-datasets folder for tfds sources.",
+                 kind=str, optional=True)
+DOWNLOAD = Field("download", False, "Let tfds download a missing dataset (needs the internet).")
+
 
 UNLABELED = -1
 FASHION_MNIST_DIRS = ("/usr/share/datasets/fashion-mnist",)

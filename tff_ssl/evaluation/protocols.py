@@ -31,6 +31,19 @@ from tff_ssl import optim
 from tff_ssl.data.augment import AugmentConfig, augment, to_float
 from tff_ssl.data.sources import ImageSet
 from tff_ssl.training.centralized import batch_indices
+from tff_ssl.config_fields import Field
+
+# Config fields (`ExperimentConfig`), declared by their owner.
+VALIDATION_FRACTION = Field("validation_fraction", 0.0, "Hold this stratified fraction of train "
+                            "out of pretraining and the probe's labels and report accuracy on it "
+                            "instead of on test (hyperparameter selection never sees the test "
+                            "split).", lower=0, upper=1, open_upper=True)
+EVAL_LABEL_FRACTION = Field("eval_label_fraction", 0.1, "Labeled fraction for the linear probe.",
+                            lower=0, upper=1, open_lower=True)
+EVAL_STEPS = Field("eval_steps", 500, "Linear-probe training steps.", lower=1)
+EVAL_LEARNING_RATE = Field("eval_learning_rate", 2.0, "Linear-probe LARS learning rate.",
+                           lower=0, open_lower=True)
+
 
 
 def labeled_subset(labels: np.ndarray, fraction: float, seed: int) -> np.ndarray:

@@ -26,6 +26,11 @@ import tensorflow_federated as tff
 
 from tff_ssl.config_fields import Field
 
+# Config fields (`ExperimentConfig`), declared by their owner.
+CLIENTS_PER_ROUND = Field("clients_per_round", 64, "Clients sampled per round "
+                          "(--client_sampling=poisson: on average).", lower=1)
+
+
 SAMPLINGS = ("fixed", "poisson")
 CLIENT_SAMPLING = Field(
     "client_sampling", "fixed", "How a round's clients are drawn: fixed (clients_per_round clients, "

@@ -11,6 +11,13 @@ from tff_ssl.config_fields import Field
 from tff_ssl import ssl as ssl_lib
 from tff_ssl.federated import functional
 
+# Config fields (`ExperimentConfig`), declared by their owner.
+PROJECTOR = Field("projector", (512, 512, 512), "Projector layer sizes, e.g. 1024,1024,1024.",
+                  item=int, lower=1)
+PREDICTOR = Field("predictor", (), "BYOL / SimSiam predictor layer sizes, ending at the "
+                  "projector's output (empty: 512,<projector output>).", item=int, lower=1)
+
+
 ENCODER_NAME = "encoder"  # The Keras name of the SSL model's encoder (`keras_encoder` finds it).
 
 HEAD_NORM = Field("head_norm", "group", "The SSL heads' normalization: group (GroupNorm, per "

@@ -371,7 +371,7 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
 
 def build(config, model: FunctionalModel, image_shape: Sequence[int],
           context: BuildContext = BuildContext()) -> DCCOProcess:
-  dcco_config, simulation = process_config(config)
+  dcco_config, simulation = config.parsed
   return DCCOProcess(model, image_shape, server_step.server_optimizer_for(config, model.names),
                      dcco_config, simulation, split_phases=context.mergeable)
 

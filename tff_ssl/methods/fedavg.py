@@ -57,7 +57,7 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
 def build(config, model: FunctionalModel, image_shape: Sequence[int],
           context: BuildContext = BuildContext()) -> FedAvgSSLProcess:
   del context  # The server trains on nothing of its own; one aggregation a round.
-  fedavg_config, aggregator, simulation = process_config(config)
+  fedavg_config, aggregator, simulation = config.parsed
   mask = masks.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   return FedAvgSSLProcess(model, image_shape, server_step.server_optimizer_for(config, model.names),
                           fedavg_config, aggregator.build(model, mask), simulation, mask=mask,

@@ -71,7 +71,7 @@ class ProximalTerm(ClientTerm):
 
 def build(config, model, image_shape, context: BuildContext = BuildContext()):
   del context  # The server trains on nothing of its own; one aggregation a round.
-  client, aggregator, simulation = fedavg.process_config(config)
+  client, aggregator, simulation = config.parsed
   return fedavg_process.FedAvgSSLProcess(
       model, image_shape, server_step.server_optimizer_for(config, model.names),
       client.with_terms(ProximalTerm(config.fedprox_mu)), aggregator.build(model), simulation,

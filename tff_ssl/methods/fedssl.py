@@ -218,9 +218,10 @@ FIELDS = fedavg.FIELDS
 SSL = ("byol",)  # FedBYOL, FedU and FedEMA are BYOL's federated forms.
 
 
-def build(config, model, image_shape, stateful: StatefulConfig):
+def build(config, model, image_shape, context=None):
   """The FedAvg-style process of `config` whose clients keep a `SiameseClientState`."""
-  fedavg_config, aggregator, simulation = fedavg.process_config(config)
+  del context  # The server trains on nothing of its own.
+  fedavg_config, aggregator, simulation, stateful = config.parsed
   mask = masks.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
@@ -237,12 +238,9 @@ def method(name: str, stateful_of, summary: str, fields: tuple[Field, ...] = (),
   `StatefulConfig` (validated when the config is made)."""
 
   def validate(config):
-    fedavg.process_config(config)
-    stateful_of(config)
+    return fedavg.process_config(config) + (stateful_of(config),)
 
   return Method(name=name, kind="federated", fields=FIELDS + fields, ssl=ssl,
-                validate=validate,
-                build=lambda config, model, shape, context=None: build(config, model, shape,
-                                                                 stateful_of(config)),
+                validate=validate, build=build,
                 min_samples=fedavg.METHOD.min_samples,
                 divergence_hint=fedavg.divergence_hint, summary=summary)

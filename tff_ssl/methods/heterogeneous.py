@@ -265,19 +265,20 @@ def models_of(config, image_shape) -> list[FunctionalModel]:
 
 def build(config, model, image_shape, context=None) -> HeterogeneousProcess:
   del model, context  # The process builds one model per architecture; no server training.
-  fedavg_config, _, simulation = fedavg.process_config(config)
+  fedavg_config, _, simulation = config.parsed
   return HeterogeneousProcess(models_of(config, image_shape), list(config.architectures),
                               image_shape, fedavg_config, simulation,
                               addons.stages(config, None, None))  # --fedfoa's bank.
 
 
 def _validate(config):
-  fedavg.process_config(config)  # With the add-ons' rules (FedFoA's).
+  parsed = fedavg.process_config(config)  # With the add-ons' rules (FedFoA's).
   if not config.architectures:
     raise ValueError("architectures must name at least one encoder")
   if len(config.architectures) > config.num_clients:
     raise ValueError(f"{len(config.architectures)} architectures need at least as many clients; got "
                      f"num_clients={config.num_clients}")
+  return parsed
 
 
 ARCHITECTURES = Field("architectures", ("resnet14", "resnet18", "vgg9", "alexnet"),

@@ -119,7 +119,7 @@ class LayerwiseProcess(GlobalModel):
                        "or vit_mini)")
     self.rounds = config.rounds
     rounds_per_stage(self.rounds, self.depth)
-    self.fedavg_config, self.aggregator, self.simulation = fedavg.process_config(config)
+    self.fedavg_config, self.aggregator, self.simulation = config.parsed
     if layerwise.alignment:
       self.fedavg_config = self.fedavg_config.with_terms(*alignment.terms(config))
     self.depth_dropout = config.depth_dropout if layerwise.depth_dropout else 0.0
@@ -253,8 +253,8 @@ AUXILIARY_FRACTION = Field("auxiliary_fraction", 0.1, "LW-FedSSL: the fraction o
                            "calibration.", lower=0, upper=1, open_lower=True, open_upper=True)
 
 
-def _validate(config) -> None:
-  fedavg.process_config(config)
+def _validate(config):
+  parsed = fedavg.process_config(config)
   if config.dp != "off":
     raise ValueError("--dp refuses the layer-wise family: it restarts its stage's aggregator every "
                      "round (a fresh stage process), which would restart DP's noise stream and "
@@ -263,6 +263,7 @@ def _validate(config) -> None:
     raise ValueError(f"layer-wise methods take the stage's aggregate as the new model: use "
                      f"--server_optimizer=sgd --server_lr_schedule=constant (got "
                      f"{config.server_optimizer}, {config.server_lr_schedule})")
+  return parsed
 
 
 def method(name: str, layerwise: LayerwiseConfig, summary: str) -> Method:

@@ -12,6 +12,12 @@ from tff_ssl.models.heads import build_mlp_head
 from tff_ssl.models.layers import WSConv2D, group_norm, num_groups
 from tff_ssl.models.resnet import RESNETS, build_resnet
 from tff_ssl.models.vit import VITS, build_vit
+from tff_ssl.config_fields import Field
+
+# Config fields (`ExperimentConfig`), declared by their owner.
+ENCODER = Field("encoder", "resnet14", "Encoder backbone.", choices=lambda: ENCODERS)
+WIDTH = Field("width", 1.0, "Encoder width multiplier.", lower=0, open_lower=True)
+
 
 # name -> builder(input_shape, *, width, small_input, stem_stride, depth, patch_size, name) -> Keras
 # encoder producing [B, D] features (ResNets: `depth` and `patch_size` must be 0; ViTs: `stem_stride`
