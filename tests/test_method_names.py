@@ -4,8 +4,8 @@ A method is one module and one registry line; a branch like that elsewhere is wh
 would have to be special-cased instead. The same for aggregation strategies outside
 `tff_ssl/aggregators/`: what a caller needs of one is a property of its registry entry
 (`aggregators.Strategy`), as what it needs of a method is the method's (`Method.dp_releases`, its
-fields). The library (`tff_ssl/`), the binaries (`bin/`) and the paper tables (`tasks/`, whose rows
-name methods and strategies as values, never in a comparison) are checked."""
+fields). The library (`tff_ssl/`), the binaries (`bin/`), the paper tables (`tasks/`, whose rows name
+methods and strategies as values, never in a comparison) and the tools (`tools/`) are checked."""
 
 import pathlib
 import re
@@ -56,7 +56,7 @@ def offenses(text: str, own_module: str | None = None) -> list[str]:
 def sources():
   top = ROOT.parent
   files = (sorted(ROOT.rglob("*.py")) + sorted((top / "bin").glob("*")) +
-           sorted((top / "tasks").glob("*.py")))
+           sorted((top / "tasks").glob("*.py")) + sorted((top / "tools").glob("*.py")))
   for path in files:
     if path.is_file():
       own = path.stem if path.parent == ROOT / "methods" else None

@@ -41,8 +41,9 @@ def main(argv) -> int:
   try:
     config = dataclasses.replace(experiment.load_config(run_dir),
                                  **tables.parse_settings(argv[3:]))
-    if config.method != "dcco":
-      raise ValueError(f"{run_dir} is not a --method=dcco run")
+    if "dcco_statistics" not in config.method_entry.field_names:  # What the tool reads.
+      raise ValueError(f"{run_dir} is a --method={config.method} run, whose method reads no "
+                       f"--dcco_statistics; give a DCCO run folder")
     fresh = config.dcco_statistics == "current"  # Two phases: the spreads alone, for comparison.
     train, _ = experiment.load_splits(config)
     runtime.configure_context()
