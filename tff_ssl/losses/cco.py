@@ -140,6 +140,8 @@ STATISTICS = StatisticsLoss(
            Term("mean_g", lambda f, g: g), Term("mean_g2", lambda f, g: tf.square(g)),
            Term("mean_fg", lambda f, g: f, outer=lambda f, g: g)),
     loss_fn=_loss, eps=DEFAULT_EPS,
+    # |f|, |f^2|, |g|, |g^2| <= 1 and |f g^T| = |f| |g| = 1 (f = g = e_1 attains all five): sqrt(5).
+    unit_bound=5.0 ** 0.5,
     fields=(Field("cco_lambda", DEFAULT_LAMBDA, "CCO off-diagonal weight (CCO methods only).",
                   lower=0),),
     summary="CCO, the Barlow Twins cross-correlation loss (DCCO, eq. 1-2)",

@@ -37,4 +37,6 @@ STATISTICS = StatisticsLoss(
            Term("mean_gg", lambda f, g: g, outer=lambda f, g: g),
            Term("mean_dot_sq", lambda f, g: tf.square(_dot(f, g)))),
     loss_fn=loss_from_statistics,
+    # |f.g|, (f.g)^2 <= 1 and |f f^T|, |g g^T| = 1 (f = g attains all four): 2.
+    unit_bound=2.0,
     summary="the spectral contrastive loss (HaoChen et al., 2021), FedSC's objective")

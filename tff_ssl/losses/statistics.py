@@ -164,6 +164,10 @@ class StatisticsLoss:
   eps: float = 0.0
   min_samples: int = 2  # Fewest images a within-batch loss is defined for (1/(N-1), correlations).
   summary: str = ""
+  # The largest L2 norm one image's statistics (its per-image terms, outer products as matrices) can
+  # have when both encodings are unit vectors (`--projector_output=unit`), attained by some pair: a
+  # statistics clip chosen without data (DP-DCCO's `--dp_statistics_clip_at_bound`). None: unbounded.
+  unit_bound: float | None = None
   # Its own within-client forms, where it has them (CCO: the correlation matrix, the Gram form): the
   # within-client SSL method derived from it (`tff_ssl.ssl.statistics`) uses them instead of
   # `batch_loss` / `per_client_loss`. batch_form(f, g, hparams); per_client_form(f, g, sizes, hparams).

@@ -64,6 +64,8 @@ STATISTICS = StatisticsLoss(
            Term("mean_gg", lambda f, g: g, outer=lambda f, g: g),
            Term("mean_distance", lambda f, g: tf.reduce_sum(tf.square(f - g), axis=1))),
     loss_fn=loss_from_statistics,
+    # |f|, |g|, |f f^T|, |g g^T| = 1 and ||f - g||^2 <= 4 (g = -f attains it): sqrt(4 + 16).
+    unit_bound=20.0 ** 0.5,
     fields=(Field("vicreg_invariance", DEFAULT_INVARIANCE, "VICReg: the invariance term's "
                   "weight (lambda).", lower=0),
             Field("vicreg_variance", DEFAULT_VARIANCE, "VICReg: the variance term's weight (mu).",

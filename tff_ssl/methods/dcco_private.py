@@ -48,11 +48,39 @@ DP_STATISTICS_CLIP_RATE = Field(
     "statistics of bounded norm (--projector_output=unit).", lower=0)
 
 
+DP_STATISTICS_CLIP_AT_BOUND = Field(
+    "dp_statistics_clip_at_bound", False, "DP-DCCO with --projector_output=unit: clip each client's "
+    "statistics at their bound, samples_per_client times the loss's per-image bound with unit "
+    "encodings (sqrt(5) for CCO, sqrt(20) for VICReg, 2 for the spectral loss): a fixed clip chosen "
+    "without data, which never clips (in place of --dp_statistics_clip; with gaussian_adaptive, "
+    "--dp_statistics_clip_rate=0 keeps it fixed).")
+
+
+def statistics_clip(config) -> float:
+  """The statistics clip of `config`: `dp_statistics_clip`, or with `dp_statistics_clip_at_bound`
+  the bound of a client's statistics sum (ValueError, one line, where there is none)."""
+  if not config.dp_statistics_clip_at_bound:
+    return config.dp_statistics_clip
+  entry = losses.get_statistics(config.ssl)
+  default = DP_STATISTICS_CLIP.default
+  if config.projector_output != "unit" or entry.unit_bound is None:
+    raise ValueError(f"--dp_statistics_clip_at_bound needs a bound on the statistics: use "
+                     f"--projector_output=unit (got {config.projector_output!r}) with a loss that "
+                     f"states one (--ssl={config.ssl})")
+  if config.dp_statistics_clip != default:
+    raise ValueError(f"--dp_statistics_clip_at_bound sets the statistics clip; drop "
+                     f"--dp_statistics_clip={config.dp_statistics_clip}")
+  if config.dp == "gaussian_adaptive" and config.dp_statistics_clip_rate:
+    raise ValueError(f"--dp_statistics_clip_at_bound is a fixed clip; with --dp=gaussian_adaptive "
+                     f"set --dp_statistics_clip_rate=0 (got {config.dp_statistics_clip_rate})")
+  return config.samples_per_client * entry.unit_bound
+
+
 def from_config(config, releases: int) -> tuple[PrivacyConfig, float]:
   """(DCCO's privacy settings of an `ExperimentConfig`, its releases' public denominator: under DP
   the expected images per round, else 0)."""
   private = privacy_lib.from_config(config, releases=releases,
-                                    statistics_clip=config.dp_statistics_clip,
+                                    statistics_clip=statistics_clip(config),
                                     statistics_quantile=config.dp_statistics_quantile,
                                     statistics_clip_rate=config.dp_statistics_clip_rate)
   privacy_lib.check_simulation(private, config.simulation)
