@@ -29,12 +29,14 @@ def doc_example(heading: str) -> str:
 
 
 def load(tmp_path_factory, heading: str, name: str):
+  """The section's module, saved and imported as written; a method's registry line added at run
+  time."""
   path = tmp_path_factory.mktemp("example") / f"{name}.py"
   path.write_text(doc_example(heading))
   spec = importlib.util.spec_from_file_location(name, path)
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  if module.METHOD.name not in methods.METHODS:
+  if hasattr(module, "METHOD") and module.METHOD.name not in methods.METHODS:
     methods.register(module.METHOD)  # The registry line, added at run time.
   return module
 
@@ -143,20 +145,11 @@ def test_the_stage_example_caps_the_update_the_server_optimizer_takes(capped):
         config, model.names), process.config, stages=(capped.UpdateCap(), again))
 
 
-def load_table(tmp_path_factory):
-  path = tmp_path_factory.mktemp("example") / "fedx_gain.py"
-  path.write_text(doc_example("A paper table"))
-  spec = importlib.util.spec_from_file_location("fedx_gain", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
 def test_the_table_example_runs_through_reproduce_and_checks_its_claim(tmp_path_factory, monkeypatch):
   """The example's registry line (at run time), its grid, then one round of each row on a tiny
   synthetic stand-in through `reproduce`: table.md checks the paper's claim (here "untested":
   one round clears no gate)."""
-  fedx_gain = load_table(tmp_path_factory)
+  fedx_gain = load(tmp_path_factory, "A paper table", "fedx_gain")
   monkeypatch.setitem(tasks.TABLES, fedx_gain.NAME, fedx_gain.SCALES)
   table = tasks.get_table("fedx_gain", "mini")
   assert [r.key for r in table.rows] == ["fedsimclr", "fedsimclr_fedx"]

@@ -136,10 +136,16 @@ def test_a_config_is_parsed_once_and_build_reads_what_validate_returned():
   object.__setattr__(config, "client_learning_rate", 9.0)  # Not through the config's checks.
   model = FunctionalModel(runner.ssl_model_builder(config, (12, 12, 1)))
   assert runner.build_process(config, model, (12, 12, 1)).config.client_learning_rate == 0.05
+  # The add-ons' stages too: FedFoA's settings are those of the config as it was made.
+  foa = ExperimentConfig(method="fedbyol", ssl="byol", dataset="synthetic", encoder="resnet8",
+                         width=0.25, projector=(16, 8), fedfoa=True, fedfoa_lambda=0.5)
+  object.__setattr__(foa, "fedfoa_lambda", 9.0)
+  stages = foa.parsed[3].of(None, None)
+  assert [s.config.weight for s in stages] == [0.5]
   # Structure: no method's build (or process constructor) calls a parser of the config
   # (`process_config`, a `validate`, a typed config's maker); each reads `config.parsed`.
   parsers = {"process_config", "validate", "_validate", "lama_config", "stateful_of",
-             "feature_correlation_config", "pretrain_config"}
+             "feature_correlation_config", "pretrain_config", "stages"}
   for path in pathlib.Path(methods.__file__).parent.glob("*.py"):
     for node in ast.walk(ast.parse(path.read_text())):
       if isinstance(node, ast.FunctionDef) and node.name in ("build", "__init__"):

@@ -223,7 +223,10 @@ class _ExperimentConfig:
     return data_lib.AugmentConfig(crop_scale=(self.crop_min_scale, 1.0), blur=self.blur)
 
   def pretrain_config(self) -> PretrainConfig:
-    return centralized.pretrain_config(self)
+    """Centralized pretraining's typed config (its `parsed`, made when the config was)."""
+    if self.method_entry.kind != "centralized":
+      raise ValueError(f"method {self.method!r} does not pretrain centrally")
+    return self.parsed
 
   def knn_config(self) -> evaluation.KNNConfig:
     return evaluation.KNNConfig(seed=self.seed)
@@ -364,7 +367,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
               evaluation.linear_probe(model.encoder, train, test, probe))
         sinks.release(step, values)
 
-    history = pretrain(model, train.images, config.pretrain_config(), on_step=on_step, build=build)
+    history = pretrain(model, train.images, config.parsed, on_step=on_step, build=build)  # Parsed once.
   pretrained_acc = evaluation.linear_probe(model.encoder, train, test, probe)
   save_encoder(output_dir, model.encoder)
   save_heads(output_dir, model)

@@ -34,7 +34,7 @@ class CounterAndMeanUpdate(client_state.ClientState):
 
 def build(config, model, image_shape, context=None):
   del context  # No server training; one aggregation a round.
-  fedavg_config, aggregator, simulation = config.parsed  # What validate returned.
+  fedavg_config, aggregator, simulation, _ = config.parsed  # What validate returned; no add-ons.
   return fedavg_process.FedAvgSSLProcess(model, image_shape,
                                  server_step.server_optimizer_for(config, model.names), fedavg_config,
                                  aggregator.build(model), simulation,

@@ -1,11 +1,11 @@
-"""FedX's losses against a NumPy transcription of their equations (tff_ssl/losses/relational.py's
+"""FedX's losses against a NumPy transcription of their equations (tff_ssl/methods/fedx.py's
 docstring; FEDX losses.py), in float64."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tff_ssl.losses import relational
+from tff_ssl.methods import fedx as relational
 
 
 def _unit(x):

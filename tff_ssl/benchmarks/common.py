@@ -21,6 +21,7 @@ from tff_ssl.experiment import ExperimentConfig
 from tff_ssl.federated import common
 from tff_ssl.federated.client_work import ClientConfig
 from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.methods import dcco_private
 
 AUGMENT = AugmentConfig.dcco_cifar(crop_scale=(0.2, 1.0))
 # The server's step in every scenario: plain SGD at a constant rate.
@@ -52,8 +53,7 @@ class Scenario:
 
   def without_privacy(self) -> "Scenario":
     """The same round without DP, secure sums or compression (the `non_private` baseline)."""
-    private = set(privacy_lib.FIELD_NAMES) | {
-        "dp_statistics_clip", "dp_statistics_quantile", "dp_statistics_clip_rate"}
+    private = set(privacy_lib.FIELD_NAMES) | {f.name for f in dcco_private.FIELDS}
     return dataclasses.replace(self, fields=tuple(f for f in self.fields if f[0] not in private),
                                baseline="centralized")
 

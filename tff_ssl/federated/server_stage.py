@@ -22,10 +22,13 @@ declared, and checked when composed:
                        takes or gives (FedLAMA: the layers not aggregated; FedU²'s EUA: the update)
     chooses_aggregation  its `aggregation` replaces the method's factory (FedLAMA's discrepancy)
 
-The providers' state is made first and the wrappers wrap it, whatever the stages' order; terms are
+The provider's state is made first and the wrapper wraps it, whatever the stages' order; terms are
 added and updates taken in the stages' order. So the order changes nothing where at most one stage
-changes the update and at most one chooses the aggregation (FedLAMA and FedFoA, either way round);
-where two do, their order would change the result and `fold` refuses them in one line.
+provides the state, one wraps it, one changes the update and one chooses the aggregation (FedLAMA
+and FedFoA, either way round, give the same round to the bit: tests/methods/test_fedlama.py); where
+two would, their order could change the round and `fold` refuses them in one line. A stage that
+overrides `client_state` or `aggregation` without declaring it is refused too. (Two stages with
+loss terms add them in the given order: the same loss, summed in another order.)
 """
 
 from __future__ import annotations
@@ -91,8 +94,9 @@ ROLES = ("", "provides", "wraps")
 
 
 def check(stages: Sequence[ServerStage]) -> None:
-  """ValueError (one line) where the stages cannot compose: the same key twice, an unknown role, two
-  stages that both provide the clients' state, change the update or choose the aggregation."""
+  """ValueError (one line) where the stages cannot compose: the same key twice, an unknown role, an
+  undeclared client state or aggregation, two stages that both provide the clients' state, wrap it,
+  change the update or choose the aggregation."""
   keys = [s.key for s in stages]
   if len(set(keys)) != len(keys) or not all(keys):
     raise ValueError(f"server stages need distinct, non-empty keys; got {keys}")
@@ -100,7 +104,14 @@ def check(stages: Sequence[ServerStage]) -> None:
     if s.client_state_role not in ROLES:
       raise ValueError(f"server stage {s.key!r}: client_state_role must be one of {ROLES}; got "
                        f"{s.client_state_role!r}")
+    if type(s).client_state is not ServerStage.client_state and not s.client_state_role:
+      raise ValueError(f"server stage {s.key!r} makes the clients' state: declare its "
+                       f"client_state_role ('provides' or 'wraps')")
+    if type(s).aggregation is not ServerStage.aggregation and not s.chooses_aggregation:
+      raise ValueError(f"server stage {s.key!r} chooses the aggregation: declare "
+                       f"chooses_aggregation = True")
   for what, of in (("provide the clients' state", lambda s: s.client_state_role == "provides"),
+                   ("wrap the clients' state", lambda s: s.client_state_role == "wraps"),
                    ("change the round's update", lambda s: s.changes_update),
                    ("choose the aggregation", lambda s: s.chooses_aggregation)):
     both = [s.key for s in stages if of(s)]

@@ -2,8 +2,8 @@
 method (FedFoA's feature-correlation bank, `--fedfoa`; FedX's distillation, `--fedx`; FedU²'s
 uniformity regularizer and min-norm aggregation, `--fedu2_fur`, `--fedu2_eua`). An add-on is one
 module and its line in `ADDONS` below. The module declares its `FIELDS`, and where it has them
-`validate(config)`, `terms(config)` (client terms), `stages(config, model, mask)` (server stages,
-`server_stage.ServerStage`: each folds in its client state, terms and aggregation) and
+`validate(config)`, `terms(config)` (client terms), `stages(config)` (a maker of its server stages from (model, mask),
+its settings parsed when the config is made; `server_stage.ServerStage`s) and
 `min_samples(config, base)`. What a host must offer is declared by field: `SERVER_FIELDS` replace
 the round's aggregation (FedU²'s EUA), `CLIENT_STATE_FIELDS` wrap the clients' state (FedFoA); a host
 that cannot offer it leaves those fields out and so refuses them by name.
@@ -16,7 +16,9 @@ none (`predictor`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
+from typing import Any, Callable
 
 from tff_ssl.config_fields import Field
 from tff_ssl.methods import fedfoa, fedu2, fedx
@@ -47,10 +49,22 @@ def terms(config) -> tuple:
   return tuple(t for a in ADDONS if hasattr(a, "terms") for t in a.terms(config))
 
 
-def stages(config, model, mask) -> tuple:
+@dataclasses.dataclass(frozen=True)
+class Stages:
+  """The server stages of a config's add-ons, parsed when the config was made (`stages(config)`):
+  `of(model, mask)` makes them for a host's model and trained tensors."""
+
+  makers: tuple[Callable[[Any, Any], tuple], ...] = ()
+
+  def of(self, model, mask) -> tuple:
+    return tuple(st for make in self.makers for st in make(model, mask))
+
+
+def stages(config) -> Stages:
   """The server stages (`server_stage.ServerStage`) of the add-ons `config` turns on (FedFoA's
-  bank, FedU²'s EUA): each FedAvg-style process adds them after its own."""
-  return tuple(st for a in ADDONS if hasattr(a, "stages") for st in a.stages(config, model, mask))
+  bank, FedU²'s EUA), each add-on's settings parsed now (`stages(config)` of its module gives a
+  maker of (model, mask)); each FedAvg-style process adds them after its own."""
+  return Stages(tuple(a.stages(config) for a in ADDONS if hasattr(a, "stages")))
 
 
 def min_samples(config, base: int) -> int:

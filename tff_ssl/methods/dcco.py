@@ -379,9 +379,7 @@ def build(config, model: FunctionalModel, image_shape: Sequence[int],
 METHOD = Method(
     name="dcco", kind="federated",
     fields=FEDERATED_FIELDS + privacy_lib.FIELDS + (
-        dcco_private.DP_STATISTICS_CLIP, dcco_private.DP_STATISTICS_QUANTILE,
-        dcco_private.DP_STATISTICS_CLIP_RATE, dcco_private.DP_STATISTICS_CLIP_AT_BOUND,
-        DCCO_STATISTICS,
+        *dcco_private.FIELDS, DCCO_STATISTICS,
         dcco_term.MEAN_ANCHOR, dcco_term.VARIANCE_ANCHOR, DCCO_REFRESH_EVERY),
     ssl=tuple(losses.STATISTICS),
     validate=process_config, build=build, dp_releases=RELEASES,

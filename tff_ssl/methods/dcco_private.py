@@ -51,9 +51,19 @@ DP_STATISTICS_CLIP_RATE = Field(
 DP_STATISTICS_CLIP_AT_BOUND = Field(
     "dp_statistics_clip_at_bound", False, "DP-DCCO with --projector_output=unit: clip each client's "
     "statistics at their bound, samples_per_client times the loss's per-image bound with unit "
-    "encodings (sqrt(5) for CCO, sqrt(20) for VICReg, 2 for the spectral loss): a fixed clip chosen "
-    "without data, which never clips (in place of --dp_statistics_clip; with gaussian_adaptive, "
-    "--dp_statistics_clip_rate=0 keeps it fixed).")
+    "encodings (sqrt(5) for CCO, sqrt(20) for VICReg, 2 for the spectral loss; 1e-6 above it for "
+    "float32's round-off): a fixed clip chosen without data, which never clips (in place of "
+    "--dp_statistics_clip; with gaussian_adaptive, --dp_statistics_clip_rate=0 keeps it fixed).")
+
+
+# float32 norms of unit encodings' statistics reach the bound times (1 + 2.4e-7): the clip sits that
+# much above it, so that it clips no client.
+BOUND_ROUNDING = 1e-6
+
+
+# DP-DCCO's own fields beside `privacy.FIELDS` (its statistics release).
+FIELDS = (DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE,
+          DP_STATISTICS_CLIP_AT_BOUND)
 
 
 def statistics_clip(config) -> float:
@@ -61,6 +71,9 @@ def statistics_clip(config) -> float:
   the bound of a client's statistics sum (ValueError, one line, where there is none)."""
   if not config.dp_statistics_clip_at_bound:
     return config.dp_statistics_clip
+  if config.dp == "off":
+    raise ValueError("--dp_statistics_clip_at_bound sets the clip of DP-DCCO's statistics release; "
+                     "set --dp, or drop it")
   entry = losses.get_statistics(config.ssl)
   default = DP_STATISTICS_CLIP.default
   if config.projector_output != "unit" or entry.unit_bound is None:
@@ -73,7 +86,7 @@ def statistics_clip(config) -> float:
   if config.dp == "gaussian_adaptive" and config.dp_statistics_clip_rate:
     raise ValueError(f"--dp_statistics_clip_at_bound is a fixed clip; with --dp=gaussian_adaptive "
                      f"set --dp_statistics_clip_rate=0 (got {config.dp_statistics_clip_rate})")
-  return config.samples_per_client * entry.unit_bound
+  return config.samples_per_client * entry.unit_bound * (1 + BOUND_ROUNDING)
 
 
 def from_config(config, releases: int) -> tuple[PrivacyConfig, float]:

@@ -6,7 +6,7 @@ this module declares the method: its fields, its typed configs (`process_config`
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from tff_ssl import aggregators, privacy
 from tff_ssl import data as data_lib
@@ -27,8 +27,16 @@ FIELDS = FEDERATED_FIELDS + aggregators.FIELDS + privacy.FIELDS + (client_work.L
 STATELESS_FIELDS = tuple(f for f in FIELDS if f not in addons.CLIENT_STATE_FIELDS)
 
 
-def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
-                                    grouping.Simulation]:
+class Parts(NamedTuple):
+  """The typed configs of a FedAvg-style run (`process_config`): what its build reads."""
+
+  client: ClientConfig
+  aggregator: aggregators.AggregatorConfig
+  simulation: grouping.Simulation
+  stages: addons.Stages  # The add-ons' server stages (`stages.of(model, mask)`).
+
+
+def process_config(config) -> Parts:
   """The FedAvg process's typed configs of an `ExperimentConfig` (building them validates them)."""
   addons.validate(config)
   private = privacy.from_config(config)
@@ -50,18 +58,19 @@ def process_config(config) -> tuple[ClientConfig, aggregators.AggregatorConfig,
       warmup_fraction=config.warmup_fraction, rounds=config.rounds,
       view_pairs=privacy.view_pairs(config, private)).with_terms(
           *addons.terms(config))  # The client add-ons the config turns on (--fedx).
-  return client, aggregator, grouping.Simulation(mode=config.simulation,
-                                                 group_size=config.group_size)
+  return Parts(client, aggregator,
+               grouping.Simulation(mode=config.simulation, group_size=config.group_size),
+               addons.stages(config))
 
 
 def build(config, model: FunctionalModel, image_shape: Sequence[int],
           context: BuildContext = BuildContext()) -> FedAvgSSLProcess:
   del context  # The server trains on nothing of its own; one aggregation a round.
-  fedavg_config, aggregator, simulation = config.parsed
+  fedavg_config, aggregator, simulation, stages = config.parsed
   mask = masks.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   return FedAvgSSLProcess(model, image_shape, server_step.server_optimizer_for(config, model.names),
                           fedavg_config, aggregator.build(model, mask), simulation, mask=mask,
-                          stages=addons.stages(config, model, mask))
+                          stages=stages.of(model, mask))
 
 
 def divergence_hint(config) -> str:

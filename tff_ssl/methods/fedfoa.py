@@ -113,7 +113,6 @@ class FeatureCorrelationTerm(ClientTerm):
   config: FeatureCorrelationConfig
   dim: int  # n: the projection's dimension.
   key = KEY
-  client_state_role = "wraps"  # The base method's state, in a FeatureCorrelationState.
 
   @property
   def stateful(self) -> bool:
@@ -278,6 +277,7 @@ class FedFoAStage(ServerStage):
   config: FeatureCorrelationConfig
   dim: int  # n: the projection's dimension.
   key = KEY
+  client_state_role = "wraps"  # The base method's state, in a FeatureCorrelationState.
 
   def check(self, model):
     if model.output_dims[0] != self.dim:
@@ -331,12 +331,14 @@ FIELDS = (FEDFOA, LAMBDA, WARMUP, NORM, SELECT, BANK, BANK_SIZE)
 CLIENT_STATE_FIELDS = FIELDS  # Its stage wraps the clients' state (`addons`): stateful hosts only.
 
 
-def stages(config, model=None, mask=None) -> tuple[ServerStage, ...]:
-  """FedFoA's server stage where `config.fedfoa`, else none (an add-on's stages, `addons`)."""
-  del model, mask  # The stage checks the model's projection when the process is built.
+def stages(config):
+  """A maker of FedFoA's server stage where `config.fedfoa`, else of none (an add-on's stages,
+  `addons`); the settings are parsed here, once. The stage checks the model's projection when the
+  process is built."""
   if not config.fedfoa:
-    return ()
-  return (FedFoAStage(feature_correlation_config(config), config.projector[-1]),)
+    return lambda model, mask: ()
+  stage = FedFoAStage(feature_correlation_config(config), config.projector[-1])
+  return lambda model, mask: (stage,)
 
 
 def min_samples(config, base: int) -> int:

@@ -276,9 +276,9 @@ def _validate(config):
 def build(config, model, image_shape, context=None) -> fedavg_process.FedAvgSSLProcess:
   """The FedAvg process with FedLAMA's stage (and FedFoA's after it, with `--fedfoa`)."""
   del context  # The server trains on nothing of its own; one aggregation a round.
-  fedavg_config, _, simulation, lama = config.parsed
+  fedavg_config, _, simulation, addon_stages, lama = config.parsed
   mask = masks.TensorMask.require_all(model, "FedLAMA")
-  stages = (FedLAMAStage(model, lama),) + addons.stages(config, model, mask)
+  stages = (FedLAMAStage(model, lama),) + addon_stages.of(model, mask)
   return fedavg_process.FedAvgSSLProcess(model, image_shape,
                                  server_step.server_optimizer_for(config, model.names), fedavg_config,
                                  simulation=simulation, mask=mask, stages=stages)

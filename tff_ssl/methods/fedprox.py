@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tff_ssl.federated import fedavg_process, masks, server_step
-from tff_ssl.methods import addons, fedavg
+from tff_ssl.methods import fedavg
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.federated.process import BuildContext
 from tff_ssl.config_fields import Field
@@ -71,11 +71,11 @@ class ProximalTerm(ClientTerm):
 
 def build(config, model, image_shape, context: BuildContext = BuildContext()):
   del context  # The server trains on nothing of its own; one aggregation a round.
-  client, aggregator, simulation = config.parsed
+  client, aggregator, simulation, stages = config.parsed
   return fedavg_process.FedAvgSSLProcess(
       model, image_shape, server_step.server_optimizer_for(config, model.names),
       client.with_terms(ProximalTerm(config.fedprox_mu)), aggregator.build(model), simulation,
-      stages=addons.stages(config, model, masks.TensorMask.of_model(model)))
+      stages=stages.of(model, masks.TensorMask.of_model(model)))
 
 
 METHOD = Method(

@@ -50,7 +50,7 @@ from tff_ssl.config_fields import Field
 from tff_ssl.federated import client_state as client_state_lib
 from tff_ssl.federated import fedavg_process, masks
 from tff_ssl.federated import server_step
-from tff_ssl.methods import addons, fedavg
+from tff_ssl.methods import fedavg
 from tff_ssl.method import Method
 
 DIVERGENCES = ("paper", "code")
@@ -221,7 +221,7 @@ SSL = ("byol",)  # FedBYOL, FedU and FedEMA are BYOL's federated forms.
 def build(config, model, image_shape, context=None):
   """The FedAvg-style process of `config` whose clients keep a `SiameseClientState`."""
   del context  # The server trains on nothing of its own.
-  fedavg_config, aggregator, simulation, stateful = config.parsed
+  fedavg_config, aggregator, simulation, stages, stateful = config.parsed
   mask = masks.TensorMask.of_model(model)  # Every tensor but the frozen ones.
   method = fedavg_config.method
   state = SiameseClientState(model.names, mask, stateful, method.ema_target,
@@ -229,7 +229,7 @@ def build(config, model, image_shape, context=None):
   return fedavg_process.FedAvgSSLProcess(
       model, image_shape, server_step.server_optimizer_for(config, model.names), fedavg_config,
       aggregator.build(model), simulation, client_state=state,
-      stages=addons.stages(config, model, mask))  # --fedfoa's bank, EUA.
+      stages=stages.of(model, mask))  # --fedfoa's bank, EUA.
 
 
 def method(name: str, stateful_of, summary: str, fields: tuple[Field, ...] = (),

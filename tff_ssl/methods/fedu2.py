@@ -34,7 +34,6 @@ import numpy as np
 import tensorflow as tf
 
 from tff_ssl.config_fields import Field
-from tff_ssl.federated import masks
 from tff_ssl.federated.client_work import ClientTerm
 from tff_ssl.federated.server_stage import ServerStage
 from tff_ssl.losses import uniformity
@@ -172,8 +171,10 @@ def validate(config) -> None:
                          f"aggregate, so --{flag}={value} would have no effect: drop one of the two")
 
 
-def stages(config, model, mask: masks.TensorMask) -> tuple[ServerStage, ...]:
-  """EUA's stage where `config.fedu2_eua`, over the tensors `mask` trains."""
+def stages(config):
+  """A maker of EUA's stage where `config.fedu2_eua` (of none otherwise), over the tensors a host's
+  mask trains."""
   if not config.fedu2_eua:
-    return ()
-  return (UnifiedAggregation(sum(int(np.prod(s.shape)) for s in mask.select(model.weight_specs))),)
+    return lambda model, mask: ()
+  return lambda model, mask: (UnifiedAggregation(
+      sum(int(np.prod(s.shape)) for s in mask.select(model.weight_specs))),)

@@ -118,8 +118,11 @@ class HeterogeneousProcess:
     self.states = []
     self.round_of, self.parts_of = [], []
     for model in self.models:  # Each architecture's clients: their own model, wrapped by the stages.
-      state, self.config, _ = server_stage.fold(
+      state, self.config, factory = server_stage.fold(
           self.stages, model, OwnModelState(config.method.ema_target), config, None)
+      if factory is not None:
+        raise ValueError("heterogeneous clients send no one model to aggregate; a server stage "
+                         "that chooses the aggregation has nothing to aggregate")
       self.states.append(state)
       run_round, parts = self._build_round(model, state, image_shape)
       self.round_of.append(run_round)
@@ -265,10 +268,10 @@ def models_of(config, image_shape) -> list[FunctionalModel]:
 
 def build(config, model, image_shape, context=None) -> HeterogeneousProcess:
   del model, context  # The process builds one model per architecture; no server training.
-  fedavg_config, _, simulation = config.parsed
+  fedavg_config, _, simulation, stages = config.parsed
   return HeterogeneousProcess(models_of(config, image_shape), list(config.architectures),
                               image_shape, fedavg_config, simulation,
-                              addons.stages(config, None, None))  # --fedfoa's bank.
+                              stages.of(None, None))  # --fedfoa's bank.
 
 
 def _validate(config):

@@ -119,7 +119,7 @@ class LayerwiseProcess(GlobalModel):
                        "or vit_mini)")
     self.rounds = config.rounds
     rounds_per_stage(self.rounds, self.depth)
-    self.fedavg_config, self.aggregator, self.simulation = config.parsed
+    self.fedavg_config, self.aggregator, self.simulation, _ = config.parsed  # No add-on stages.
     if layerwise.alignment:
       self.fedavg_config = self.fedavg_config.with_terms(*alignment.terms(config))
     self.depth_dropout = config.depth_dropout if layerwise.depth_dropout else 0.0

@@ -2,13 +2,13 @@
 (cco) and centralized pretraining.
 
   cco           CCO, the Barlow Twins cross-correlation loss             (tff_ssl/losses/cco.py)
-  vicreg        VICReg within the client's batch                         (tff_ssl/losses/vicreg.py)
-  spectral      the spectral contrastive loss within the client's batch  (tff_ssl/losses/spectral.py)
   simclr        NT-Xent within the client's batch                        (simclr.py)
   byol          predictor + EMA target network within local training     (byol.py)
   simsiam       predictor + stop-gradient, no target network             (simsiam.py)
   moco          momentum target network + a queue of negative keys       (moco.py)
   mocov3        predictor + momentum target network, in-batch negatives  (mocov3.py)
+  vicreg        VICReg within the client's batch                         (tff_ssl/losses/vicreg.py)
+  spectral      the spectral contrastive loss within the client's batch  (tff_ssl/losses/spectral.py)
 
 A loss lives in one module: its function, its per-client form (optional: `SSLMethod.losses_per_client`
 loops over clients without one), the hyperparameters it introduces (`fields`) and its `SSLMethod`.
@@ -27,8 +27,11 @@ from tff_ssl.config_fields import Field
 from tff_ssl.ssl import byol, moco, mocov3, simclr, simsiam, statistics
 from tff_ssl.ssl.base import Outputs, SSLMethod
 
+_STATISTICS = {m.name: m for m in statistics.methods()}
+# CCO first (DCCO's), the within-client losses, then the other statistics losses.
 SSL_METHODS: dict[str, SSLMethod] = {m.name: m for m in (
-    *statistics.methods(), simclr.METHOD, byol.METHOD, simsiam.METHOD, moco.METHOD, mocov3.METHOD)}
+    _STATISTICS.pop("cco"), simclr.METHOD, byol.METHOD, simsiam.METHOD, moco.METHOD, mocov3.METHOD,
+    *_STATISTICS.values())}
 
 
 def _hparams(methods) -> dict[str, Field]:

@@ -33,8 +33,8 @@ class Outputs(NamedTuple):
   h2: Any = None
 
 
-# The fields of `Outputs` that hold one row per image (the others: the queue, shared by the batch).
-ROWS = ("z1", "z2", "p1", "p2", "t1", "t2", "h1", "h2")
+# The fields of `Outputs` that hold one row per image (all but the queue, shared by the batch).
+ROWS = tuple(f for f in Outputs._fields if f != "queue")
 
 
 @dataclasses.dataclass(frozen=True)

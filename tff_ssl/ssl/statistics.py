@@ -2,7 +2,9 @@
 
 A statistics loss is a function of means over images: within one client's batch it is the loss of
 that batch's statistics (`StatisticsLoss.batch_loss`), and for a group of concatenated clients each
-client's statistics come from its own rows in one batched pass (`StatisticsLoss.per_client_loss`).
+client's statistics come from its own rows in one batched pass (`StatisticsLoss.per_client_loss`). A
+loss with within-client forms of its own (CCO: the correlation matrix, the Gram form) gives them as
+`batch_form` / `per_client_form`, which its method uses instead.
 """
 
 from __future__ import annotations
