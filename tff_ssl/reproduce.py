@@ -86,6 +86,29 @@ def cells(table: Table) -> tuple[list[Cell], dict[tuple[str, str], str]]:
   return todo, skipped
 
 
+def with_init(table: Table, row: Row, config, output_dir: str):
+  """`config` of `row` (a cell's or a pilot's) starting from the encoder of the run it names
+  (`Row.init_from`: that row's own cell in `output_dir`), else unchanged."""
+  if not row.init_from:
+    return config
+  return dataclasses.replace(config, init_from=os.path.join(
+      output_dir, Cell(table.row(row.init_from)).path))
+
+
+def run_init_rows(table: Table, output_dir: str, timing: dict[str, Any], progress: bool,
+                  log: Callable[[str], None]) -> None:
+  """The rows other rows start from (`Row.init_from`), run first (before the pilots) where not
+  finished: the same runs the cell loop would make, which then finds them done."""
+  for key in dict.fromkeys(r.init_from for r in table.rows if r.init_from):
+    cell = Cell(table.row(key))
+    config = table.cell_config(cell.row, None)
+    result, ran = _timed_run(config, output_dir, cell.path, timing, progress=progress,
+                             random_init_baseline=False, evaluate=_evaluations(table, config))
+    if ran:
+      log(f"{cell.path}: {_summary(result)} ({timing['runs'][cell.path]:.0f} s; the start of "
+          f"{[r.key for r in table.rows if r.init_from == key]})")
+
+
 def _read_json(path: str) -> Any:
   with open(path) as f:
     return json.load(f)
@@ -211,7 +234,7 @@ def select_learning_rates(table: Table, output_dir: str, bar, progress: bool,
     while i < len(candidates):
       lr = candidates[i]
       bar.set_description(f"selection {row.key} lr={lr:g}")
-      config = table.pilot_config(row, lr, len(pilot_train))
+      config = with_init(table, row, table.pilot_config(row, lr, len(pilot_train)), output_dir)
       result, _ = _timed_run(config, output_dir, os.path.join("selection", row.key, f"lr_{lr:g}"),
                              timing, progress=progress, random_init_baseline=False)
       scores[f"{lr:g}"] = _score(result)
@@ -373,6 +396,7 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
             found[row.key] = {**found[row.select_with], "field": row.lr_field,
                               "selected_with": row.select_with}
       else:
+        run_init_rows(table, output_dir, timing, progress, log)
         found = select_learning_rates(table, output_dir, bar, progress, timing)
       choices = {k: v for k, v in found.items() if k in chosen}
       bar.set_description("random init")
@@ -399,7 +423,8 @@ def reproduce(table: Table, output_dir: str, *, progress: bool = True,
           kwargs = {}
         else:
           lr = choices.get(cell.row.key, {}).get("learning_rate")
-          config = table.cell_config(cell.row, cell.column, lr, cell.seed)
+          config = with_init(table, cell.row, table.cell_config(cell.row, cell.column, lr, cell.seed),
+                             output_dir)
           kwargs = dict(random_init_baseline=False, evaluate=_evaluations(table, config))
         results[cell.path], ran = _timed_run(config, output_dir, cell.path, timing,
                                              progress=progress, **kwargs)

@@ -93,6 +93,10 @@ class Row:
   curve_every: int = 0
   # The columns this row runs in (empty: every column), e.g. a control run only where it is needed.
   columns: tuple[str, ...] = ()
+  # Key of a centralized row of the table (one run, no pilots) whose finished run's encoder this
+  # federated row's runs and pilots start from (`--init_from`): e.g. pretraining on synthetic
+  # images, which touches no private data. `reproduce` runs that row first.
+  init_from: str = ""
 
   @property
   def method(self) -> methods.Method:
@@ -440,6 +444,13 @@ def _check(table: "Table") -> None:
       raise ValueError(f"table {table.name}: row {r.key!r} selects with {r.select_with!r}, which "
                        f"must be a row of the same candidate learning rates that runs pilots")
   for r in table.rows:
+    if r.init_from and not (r.federated and r.init_from in keys and
+                            table.row(r.init_from).method.kind == "centralized" and
+                            len(table.row(r.init_from).learning_rates) <= 1):
+      raise ValueError(f"table {table.name}: row {r.key!r} starts from the encoder of row "
+                       f"{r.init_from!r}: it must be federated, and that row a centralized row of "
+                       f"the table with one learning rate (it runs before the pilots)")
+  for r in table.rows:
     stray = sorted(set(r.columns) - {c.key for c in table.columns})
     if stray:
       raise ValueError(f"table {table.name}: row {r.key!r} names column {stray[0]!r}, which is not "
@@ -494,6 +505,9 @@ def _select(table: "Table", rows: Sequence[str] | None, columns: Sequence[str] |
     if r.select_with and r.select_with not in keys:
       raise ValueError(f"row {r.key!r} takes its learning rate from row {r.select_with!r}'s "
                        f"pilots; select {r.select_with!r} too")
+    if r.init_from and r.init_from not in keys:
+      raise ValueError(f"row {r.key!r} starts from the encoder of row {r.init_from!r}; select "
+                       f"{r.init_from!r} too")
   # The claims between kept rows, in the kept columns (a claim whose columns are all left out
   # goes too).
   claims = []

@@ -271,3 +271,36 @@ def test_render_only_runs_nothing_and_shows_what_is_finished(tmp_path, monkeypat
   assert "| DCCO | **70.0** (51.7) |" in md and "| Centralized CCO | … (52.6) |" in md
   assert "| Centralized CCO | learning_rate = 0.01 | DCCO's choice" in md
   assert not os.path.exists(os.path.join(out, "timing.json"))
+
+
+def test_a_row_starts_from_another_rows_encoder_which_runs_before_the_pilots(tmp_path):
+  """`Row.init_from`: the centralized row runs first; the federated row's pilots and cell start from
+  its encoder (`--init_from`); a table or a selection that breaks the link is refused."""
+  base = ExperimentConfig(method="dcco", dataset="synthetic", encoder="resnet8", width=0.25,
+                          stem_stride=2, projector=(16, 16, 16), rounds=1, checkpoint_every=1,
+                          log_every=1, seed=0)
+  rows = (
+      tables.Row("pretrained", "Centralized CCO", dataclasses.replace(
+          base, method="centralized", ssl="cco", steps=2, batch_size=16)),
+      tables.Row("dcco", "DCCO from it", base, learning_rates=(1e-3, 1e-2), init_from="pretrained"))
+  evals = (tables.Evaluation("linear_10", "Linear 10%", evaluation.LinearProbeConfig(0.1, steps=5)),)
+  table = tables.Table(name="init", scale="test", title="Init", rows=rows,
+                       columns=(tables.Column("iid_4", "IID", 500, 4, 4, 1000.0),),
+                       evaluations=evals, paper={}, curve_every=100, selection_column="iid_4",
+                       supervised_epochs=1, pilot_fraction=1.0)
+  out = str(tmp_path / "init")
+  reproduce.reproduce(table, out, progress=False)
+  start = os.path.join(out, "cells", "pretrained", "all")
+  pilots = sorted(os.listdir(os.path.join(out, "selection", "dcco")))
+  assert len(pilots) >= 2
+  first_pilot = min(os.path.getmtime(os.path.join(out, "selection", "dcco", p, "hparams.json"))
+                    for p in pilots)
+  assert os.path.getmtime(os.path.join(start, "results.json")) < first_pilot  # Ran first.
+  for run in [os.path.join("selection", "dcco", p) for p in pilots] + ["cells/dcco/iid_4"]:
+    assert json.load(open(os.path.join(out, run, "hparams.json")))["init_from"] == start, run
+  result = json.load(open(os.path.join(out, "cells", "dcco", "iid_4", "results.json")))
+  assert result["init_from"] == start  # The starting encoder's probes are its own row's cell.
+  with pytest.raises(ValueError, match="row 'dcco' starts from the encoder of row 'nope': it must"):
+    dataclasses.replace(table, rows=(rows[0], dataclasses.replace(rows[1], init_from="nope")))
+  with pytest.raises(ValueError, match="of row 'pretrained'; select 'pretrained' too"):
+    table.select(["dcco"])
