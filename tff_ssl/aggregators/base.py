@@ -121,7 +121,8 @@ class StrategyFactory(tff.aggregators.WeightedAggregationFactory, abc.ABC):
   """
 
   weighting: str = "examples"
-  # False: v_k = Delta_k (the grouped simulation may then batch one-step rounds; see federated/fedavg_process.py).
+  # False: v_k = Delta_k (the grouped simulation may then batch one-step rounds; see
+  # federated/fedavg_process.py).
   transforms_update: bool = False
   # The run's privacy settings (`tff_ssl.privacy.PrivacyConfig`), set by `AggregatorConfig.build`:
   # what the process's other uploads (client reports) must respect. None: plain sums.
