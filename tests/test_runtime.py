@@ -119,7 +119,11 @@ def test_stop_workers_in_this_process_is_idempotent_and_tff_starts_a_new_worker(
   assert float(mean([1.0, 2.0, 6.0])) == 3.0
   first = [w.pid for w in runtime.worker_processes()]
   assert first
+  # The context's ServiceManager was recorded as TFF made its factory (what stop_workers resets).
+  managers = runtime._service_managers()  # pylint: disable=protected-access
+  assert any(m._process is not None and m._process.pid in first for m in managers), managers
   assert runtime.stop_workers() == len(first)
+  assert all(m._process is None for m in managers)
   assert runtime.worker_processes() == []
   assert runtime.stop_workers() == 0
   # Later computations in this process (other tests of this pytest worker) still run.
