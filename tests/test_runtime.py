@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from unittest import mock
 
 import psutil
 import pytest
@@ -282,3 +283,29 @@ def test_a_swallowed_interrupt_stops_the_rounds_before_the_next_one():
     run(0, 5)
   assert seen == [0]
   assert run(1, 3).round_num == 3 and seen == [0, 1, 2]
+
+
+def test_the_suite_records_no_stack_per_graph_op_and_a_run_without_the_variable_does():
+  """tests/conftest.py turns TF's per-op stack off (OP_TRACEBACKS_ENV): an op's error then names
+  `_op_tracebacks_are_off` as where it was defined; a process without the variable keeps TF's."""
+  import types  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.framework import ops  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.util import tf_stack  # pylint: disable=g-import-not-at-top
+
+  assert os.environ[runtime.OP_TRACEBACKS_ENV] == "0"
+  assert isinstance(ops.tf_stack, runtime._FixedStack)  # pylint: disable=protected-access
+
+  @tf.function
+  def checked(x):
+    return tf.debugging.check_numerics(x / 0.0, "not finite")
+
+  with pytest.raises(tf.errors.InvalidArgumentError, match="_op_tracebacks_are_off"):
+    checked(tf.constant(0.0))
+  fake = types.SimpleNamespace(tf_stack=tf_stack)
+  with mock.patch.dict(os.environ, {runtime.OP_TRACEBACKS_ENV: "1"}):
+    runtime._patch_ops(fake)  # pylint: disable=protected-access
+  assert fake.tf_stack is tf_stack
+  with mock.patch.dict(os.environ, {runtime.OP_TRACEBACKS_ENV: "0"}):
+    runtime._patch_ops(fake)  # pylint: disable=protected-access
+  assert isinstance(fake.tf_stack, runtime._FixedStack)  # pylint: disable=protected-access

@@ -565,32 +565,68 @@ def _recording_managers(make):
   return factory
 
 
+# TFF_SSL_OP_TRACEBACKS=0: TensorFlow records no Python stack for each graph op it creates. Graph
+# building is most of the test suite's time, and the stack walk ~15% of it (py-spy, 2026-12-05); the
+# stack is read only by error messages, whose "defined at" then names `_op_tracebacks_are_off`. The
+# test session sets it (tests/conftest.py), for the binaries it starts too; real runs leave it unset.
+OP_TRACEBACKS_ENV = "TFF_SSL_OP_TRACEBACKS"
+_OPS_MODULE = "tensorflow.python.framework.ops"
+
+
+def _op_tracebacks_are_off(tf_stack):
+  return tf_stack.extract_stack(1)
+
+
+class _FixedStack:
+  """Stands in for `tf_stack` inside TF's ops module: every op gets one fixed (non-empty) stack."""
+
+  def __init__(self, tf_stack):
+    self._tf_stack = tf_stack
+    self._fixed = _op_tracebacks_are_off(tf_stack)
+
+  def extract_stack(self, stacklevel=1):  # pylint: disable=unused-argument
+    return self._fixed
+
+  def __getattr__(self, name):
+    return getattr(self._tf_stack, name)
+
+
+def _patch_ops(module) -> None:
+  if os.environ.get(OP_TRACEBACKS_ENV, "1") != "0" or isinstance(module.tf_stack, _FixedStack):
+    return
+  module.tf_stack = _FixedStack(module.tf_stack)
+
+
+_PATCHES = {_FACTORY_MODULE: _patch_factory, _OPS_MODULE: _patch_ops}
+
+
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-  """Patches TFF's executor factory the moment it is imported (TFF itself is not imported early)."""
+  """Patches TFF's executor factory (and TF's ops module) the moment it is imported (neither TFF nor
+  TF is imported early)."""
 
   def find_spec(self, fullname, path, target=None):
-    if fullname != _FACTORY_MODULE:
+    if fullname not in _PATCHES:
       return None
     for finder in sys.meta_path:
       if finder is self or not hasattr(finder, "find_spec"):
         continue
       spec = finder.find_spec(fullname, path, target)
       if spec is not None and spec.loader is not None:
-        spec.loader = _PatchingLoader(spec.loader)
+        spec.loader = _PatchingLoader(spec.loader, _PATCHES[fullname])
         return spec
     return None
 
 
 class _PatchingLoader(importlib.abc.Loader):
-  def __init__(self, loader):
-    self._loader = loader
+  def __init__(self, loader, patch):
+    self._loader, self._patch = loader, patch
 
   def create_module(self, spec):
     return self._loader.create_module(spec)
 
   def exec_module(self, module):
     self._loader.exec_module(module)
-    _patch_factory(module)
+    self._patch(module)
 
 
 def install() -> None:
@@ -603,9 +639,10 @@ def install() -> None:
   with _lock:
     if _installed:
       return
-    if _FACTORY_MODULE in sys.modules:
-      _patch_factory(sys.modules[_FACTORY_MODULE])
-    else:
+    for name, patch in _PATCHES.items():
+      if name in sys.modules:
+        patch(sys.modules[name])
+    if any(name not in sys.modules for name in _PATCHES):
       sys.meta_path.insert(0, _PatchOnImport())
     atexit.register(_at_exit)
     if threading.current_thread() is threading.main_thread():
