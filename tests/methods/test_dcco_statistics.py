@@ -77,6 +77,16 @@ def model(float64):
   return functional_model(SHAPE)
 
 
+_gray = []
+
+
+def gray_model():
+  """The one-channel model, built once in this module (float64, under the `float64` fixture)."""
+  if not _gray:
+    _gray.append(functional_model((10, 10, 1)))
+  return _gray[0]
+
+
 def client_data(shape, ids):
   """(the union's images, ids; each client's inputs): SIZES images, example ids `ids`."""
   rng = np.random.default_rng(1)
@@ -108,7 +118,19 @@ def centralized_gradient(model, entry, weights, images, ids=None):
                                   np.arange(len(images)) if ids is None else ids)]
 
 
+# Built processes, shared by the tests of this module: a test run in both execution contexts traces
+# its process once (the context compiles it on its first call in each).
+_processes = {}
+
+
 def process_of(model, name, mode="reference", statistics="current", shape=SHAPE, group_size=3):
+  key = (id(model), name, mode, statistics, shape, group_size)
+  if key not in _processes:
+    _processes[key] = (model, _build_process(model, name, mode, statistics, shape, group_size))
+  return _processes[key][1]
+
+
+def _build_process(model, name, mode, statistics, shape, group_size):
   return DCCOProcess(model, shape, tff.learning.optimizers.build_sgdm(learning_rate=1.0),
                      DCCOConfig(ssl=name, hparams=HP, client_learning_rate=ETA, augment=AUGMENT,
                                 seed=SEED, statistics=statistics),
@@ -180,7 +202,7 @@ def test_grayscale_clients_with_scattered_ids_in_slots_of_two_sizes(float64, nam
   7 images."""
   del float64
   shape = (10, 10, 1)
-  model = functional_model(shape)
+  model = gray_model()
   ids = np.random.default_rng(2).permutation(1000)[:sum(SIZES)] * 7 + 3
   images, ids, data = client_data(shape, ids)
   process = process_of(model, name, "grouped", shape=shape)
