@@ -162,12 +162,14 @@ def process_of(stateful, simulation):
 
 
 def run(process):
+  """(server states, the client-state store, each round's aggregation measurements)."""
   store = client_state.MemoryClientStateStore()
-  server = [process.initialize()]
+  server, measured = [process.initialize()], []
   for ids in ROUNDS:
-    state, _ = process.next(server[-1], clients_of(ids), client_ids=ids, store=store)
+    state, metrics = process.next(server[-1], clients_of(ids), client_ids=ids, store=store)
     server.append(state)
-  return server, store
+    measured.append(metrics["aggregation"])
+  return server, store, measured
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +184,7 @@ def flat(x):
 
 
 def test_fedema_rounds_are_the_same_in_both_simulation_modes(fedema_runs):
-  (ref, ref_store), (grp, grp_store) = fedema_runs["reference"], fedema_runs["grouped"]
+  (ref, ref_store, _), (grp, grp_store, _) = fedema_runs["reference"], fedema_runs["grouped"]
   # Three rounds apart, not re-anchored: largest relative gaps seen 0 (weights) and 0 (client
   # states, relative to max(1, the largest entry)) in four oneDNN set-ups.
   spread.within("FedEMA weights after 3 rounds, grouped vs reference",
@@ -195,12 +197,14 @@ def test_fedema_rounds_are_the_same_in_both_simulation_modes(fedema_runs):
 
 
 def test_fedema_mu_in_whole_rounds_matches_numpy(fedema_runs):
-  """Each client's mu, recomputed in NumPy from its stored network and the server's weights."""
-  server, store = fedema_runs["reference"]
+  """Each client's mu, recomputed in NumPy from its stored network and the server's weights; the
+  round's aggregation.csv columns are their means over its returning clients."""
+  server, store, measured = fedema_runs["reference"]
   model = byol_model()
   encoder = [i for i, n in enumerate(model.names) if not n.startswith("predictor/")]
   scale = {}
   for r, ids in enumerate(ROUNDS):
+    mus, ds = [], []
     for cid in ids:
       before = store.read([cid], r, None)[0]
       after = store.read([cid], r + 1, None)[0]
@@ -212,6 +216,13 @@ def test_fedema_mu_in_whole_rounds_matches_numpy(fedema_runs):
       scale.setdefault(cid, 0.7 / d)  # Set at the first round where d is known, then fixed.
       np.testing.assert_allclose(float(after["scale"]), scale[cid], rtol=1e-5)
       np.testing.assert_allclose(float(after["mu"]), min(scale[cid] * d, 1.0), rtol=1e-5)
+      mus.append(min(scale[cid] * d, 1.0))
+      ds.append(d)
+    if not mus:  # No client had a network of its own yet.
+      assert np.isnan(measured[r]["client_own_weight"]) and np.isnan(measured[r]["client_divergence"])
+    else:
+      np.testing.assert_allclose(measured[r]["client_own_weight"], np.mean(mus), rtol=1e-5)
+      np.testing.assert_allclose(measured[r]["client_divergence"], np.mean(ds), rtol=1e-5)
   assert len(scale) == 3  # Every client came back at least once.
 
 
@@ -220,7 +231,7 @@ def test_fedbyol_target_is_the_clients_own_ema_never_the_aggregate():
   moved by the EMA of its round-2 local step (decay 0.9): nothing of the aggregation enters it but the
   online network it trained from the broadcast model."""
   process = process_of(fedssl.StatefulConfig(), Simulation(mode="reference"))
-  server, store = run(process)
+  server, store, _ = run(process)
   t0 = flat(store.read([0], 1, None)[0]["target"])
   t2 = flat(store.read([0], 3, None)[0]["target"])
   state = store.read([0], 2, None)[0]
@@ -247,7 +258,7 @@ def test_fedmoco_keeps_its_momentum_network_and_queue_across_rounds():
                                         fedssl.StatefulConfig(), ema_target=True, queue_size=12)
   process = FedAvgSSLProcess(model, SHAPE, SGD, cfg, simulation=Simulation(group_size=2),
                              client_state=state_lib)
-  server, store = run(process)
+  server, store, _ = run(process)
   after0, before2, after2 = (store.read([0], r, None)[0] for r in (1, 2, 3))
   q0, q2 = np.asarray(after0["queue"]), np.asarray(after2["queue"])
   assert q0.shape == (12, model.output_dims[0])

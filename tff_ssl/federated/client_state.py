@@ -72,6 +72,13 @@ class ClientState(abc.ABC):
     del state, start, context, client_id
     return None
 
+  def measurements(self, states: Sequence[Any]) -> dict:
+    """On the server: what the round's new client states (NumPy, one per client that took part, in
+    `spec`'s structure) add to the round's measurements (aggregation.csv); default none. A diagnostic
+    of the simulation, which holds every client's state: a deployed client would keep it."""
+    del states
+    return {}
+
   @abc.abstractmethod
   def end(self, state, weights: list, delta: list, num_examples, loss, ssl_state=None,
           context=None) -> Any:

@@ -362,6 +362,8 @@ class FedAvgSSLProcess(server_step.ServerLoop):
     extra = [item for t in client_work.reporting_terms(self.config, self.model)
              for item in t.measurements(out["reports"][t.key]).items()]
     extra += list(extra_metrics.items())
+    if states is not None:
+      extra += list(self.client_state.measurements(out["client_states"]).items())
     extra += list(client_work.schedule_measurements(self.config, state.round_num).items())
     metrics["aggregation"] = out["measurements"]
     if isinstance(self.factory, aggregators.PrivateFactory):

@@ -210,6 +210,9 @@ class FeatureCorrelationState(client_state_lib.ClientState):
                     partner_sum=zero)
     return out
 
+  def measurements(self, states):
+    return self.inner.measurements(states)
+
   def end(self, state, weights, delta, num_examples, loss, ssl_state=None, context=None):
     return self.inner.end(state, weights, delta, num_examples, loss, ssl_state,
                           self._inner(context))

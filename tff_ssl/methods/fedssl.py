@@ -44,6 +44,7 @@ import collections
 import dataclasses
 from typing import Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from tff_ssl.config_fields import Field
@@ -161,6 +162,18 @@ class SiameseClientState(client_state_lib.ClientState):
       out["queue"] = tf.TensorSpec([self.queue_size, model.output_dims[0]], tf.float32)
     out.update(scale=scalar, divergence=scalar, mu=scalar)
     return out
+
+  def measurements(self, states):
+    """Of a round's clients that keep their own online network (FedU, FedEMA) and had one, i.e. had
+    taken part before: `client_divergence`, their mean d; `client_own_weight`, their mean mu (FedU:
+    the fraction that kept their own predictor; FedEMA: the weight of their own network). NaN in a
+    round with no such client."""
+    if not self.config.keeps_online:
+      return {}
+    returning = [s for s in states if float(s["rounds"]) > 1]  # Counted after this round.
+    mean = lambda key: np.float32(np.mean([float(s[key]) for s in returning]) if returning
+                                  else np.nan)
+    return {"client_divergence": mean("divergence"), "client_own_weight": mean("mu")}
 
   # The start of a round, computed in `begin` and again in `end` (which stores mu and lambda_k).
   def _paper_divergence(self, state, trained_global):
