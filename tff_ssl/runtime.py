@@ -24,6 +24,7 @@ import importlib.abc
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -257,6 +258,19 @@ class WorkerUnavailableError(ValueError):
 _WORKER_CONNECT_SECONDS = 10.0
 
 
+def _refuses_connections(target: str) -> bool:
+  """Whether `target`'s host refuses a TCP connection to its port (nothing listens there). A host
+  that does not answer at all, or a name that does not resolve, is left to gRPC's wait."""
+  host, _, port = target.rpartition(":")
+  try:
+    with socket.create_connection((host, int(port)), timeout=2.0):
+      return False
+  except ConnectionRefusedError:
+    return True
+  except (OSError, ValueError):
+    return False
+
+
 def _remote_factory(target: str):
   """A TFF executor factory on the executor service at `target` (host:port)."""
   # pylint: disable=g-import-not-at-top
@@ -266,6 +280,10 @@ def _remote_factory(target: str):
   from tensorflow_federated.python.core.impl.executors import remote_executor_grpc_stub
   from tensorflow_federated.python.core.impl.types import placements
   # pylint: enable=g-import-not-at-top
+  start_it = f"start it there with bin/worker --port={target.rpartition(':')[2]}"
+  if _refuses_connections(target):  # Nothing listens there: said at once, not after the wait.
+    raise WorkerUnavailableError(f"worker {target} does not answer (nothing listens on its "
+                                 f"port); {start_it}")
   channel = grpc.insecure_channel(target, [("grpc.max_send_message_length", 2_000_000_000),
                                            ("grpc.max_receive_message_length", 2_000_000_000)])
   try:
@@ -273,8 +291,8 @@ def _remote_factory(target: str):
   except grpc.FutureTimeoutError:
     channel.close()
     raise WorkerUnavailableError(
-        f"worker {target} does not answer (waited {_WORKER_CONNECT_SECONDS:.0f} s); start it "
-        f"there with bin/worker --port={target.rpartition(':')[2]}") from None
+        f"worker {target} does not answer (waited {_WORKER_CONNECT_SECONDS:.0f} s); "
+        f"{start_it}") from None
   stub = remote_executor_grpc_stub.RemoteExecutorGrpcStub(channel)
 
   def stack_fn(cardinalities):

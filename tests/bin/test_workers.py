@@ -174,6 +174,18 @@ def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
   assert not out.exists()
 
 
+def test_a_worker_port_that_accepts_but_never_answers_is_waited_for_then_named(monkeypatch):
+  """A closed port is refused at once (above); a host that accepts nothing or answers no gRPC is
+  waited for (10 s in a run), then named the same way."""
+  monkeypatch.setattr(runtime, "_WORKER_CONNECT_SECONDS", 0.5)
+  monkeypatch.setattr(runtime, "_refuses_connections", lambda target: False)
+  port = portpicker.pick_unused_port()
+  with pytest.raises(runtime.WorkerUnavailableError,
+                     match=rf"worker localhost:{port} does not answer \(waited 0 s\); start it "
+                           rf"there with bin/worker --port={port}"):
+    runtime._remote_factory(f"localhost:{port}")  # pylint: disable=protected-access
+
+
 def tiny_grid():
   """Two federated cells: DCCO and CCO + FedAvg, in one column, under one evaluation (the linear
   probe at 10%: one baseline pair and one probe a cell; the others add time, not coverage)."""
