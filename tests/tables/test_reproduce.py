@@ -273,9 +273,11 @@ def test_render_only_runs_nothing_and_shows_what_is_finished(tmp_path, monkeypat
   assert not os.path.exists(os.path.join(out, "timing.json"))
 
 
-def test_a_row_starts_from_another_rows_encoder_which_runs_before_the_pilots(tmp_path):
+def test_a_row_starts_from_another_rows_encoder_which_runs_before_the_pilots(tmp_path,
+                                                                            monkeypatch):
   """`Row.init_from`: the centralized row runs first; the federated row's pilots and cell start from
   its encoder (`--init_from`); a table or a selection that breaks the link is refused."""
+  monkeypatch.setattr(reproduce, "MAX_BEYOND_EDGE", 0)  # The grid's two pilots; more add no link.
   base = ExperimentConfig(method="dcco", dataset="synthetic", encoder="resnet8", width=0.25,
                           stem_stride=2, projector=(16, 16, 16), rounds=1, checkpoint_every=1,
                           log_every=1, seed=0)
