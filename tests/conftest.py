@@ -5,7 +5,7 @@ import signal
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # No Python stack recorded per graph op (tff_ssl/runtime.py, OP_TRACEBACKS_ENV), here and in the
-# binaries the tests start: ~15% of graph building, most of the suite's time. Set it to 1 to see
+# binaries the tests start: 17% of graph building, most of the suite's time. Set it to 1 to see
 # where an op in a TensorFlow error was defined.
 os.environ.setdefault("TFF_SSL_OP_TRACEBACKS", "0")
 

@@ -120,11 +120,11 @@ def test_stop_workers_in_this_process_is_idempotent_and_tff_starts_a_new_worker(
   assert float(mean([1.0, 2.0, 6.0])) == 3.0
   first = [w.pid for w in runtime.worker_processes()]
   assert first
-  # TFF's worker start is polled at 50 ms, with gRPC's reconnect backoff at 50 ms (not 1 s each).
+  # TFF's worker start is polled at 50 ms, with gRPC's first reconnect after 100 ms (not 1 s each).
   # pylint: disable=g-import-not-at-top,protected-access
   from tensorflow_federated.python.core.impl.executor_stacks import executor_factory
   assert executor_factory._LOCALHOST_SERVER_WAIT_TIME_SEC == 0.05
-  assert ("grpc.min_reconnect_backoff_ms", 50) in executor_factory._GRPC_CHANNEL_OPTIONS
+  assert ("grpc.initial_reconnect_backoff_ms", 100) in executor_factory._GRPC_CHANNEL_OPTIONS
   # pylint: enable=g-import-not-at-top,protected-access
   # The context's ServiceManager was recorded as TFF made its factory (what stop_workers resets).
   managers = runtime._service_managers()  # pylint: disable=protected-access
@@ -299,7 +299,8 @@ def test_the_suite_records_no_stack_per_graph_op_and_a_run_without_the_variable_
   from tensorflow.python.framework import ops  # pylint: disable=g-import-not-at-top
   from tensorflow.python.util import tf_stack  # pylint: disable=g-import-not-at-top
 
-  assert os.environ[runtime.OP_TRACEBACKS_ENV] == "0"
+  if os.environ[runtime.OP_TRACEBACKS_ENV] != "0":
+    pytest.skip(f"{runtime.OP_TRACEBACKS_ENV} set to keep TF's stacks in this session")
   assert isinstance(ops.tf_stack, runtime._FixedStack)  # pylint: disable=protected-access
 
   @tf.function

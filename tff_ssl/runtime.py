@@ -258,17 +258,25 @@ class WorkerUnavailableError(ValueError):
 _WORKER_CONNECT_SECONDS = 10.0
 
 
+_REFUSED_GRACE_SECONDS = 3.0  # A bin/worker started with the run may not listen yet.
+
+
 def _refuses_connections(target: str) -> bool:
-  """Whether `target`'s host refuses a TCP connection to its port (nothing listens there). A host
-  that does not answer at all, or a name that does not resolve, is left to gRPC's wait."""
+  """Whether `target`'s host refuses TCP connections to its port (nothing listens there) for
+  `_REFUSED_GRACE_SECONDS`. A host that does not answer at all, or a name that does not resolve, is
+  left to gRPC's wait."""
   host, _, port = target.rpartition(":")
-  try:
-    with socket.create_connection((host, int(port)), timeout=2.0):
+  deadline = time.monotonic() + _REFUSED_GRACE_SECONDS
+  while True:
+    try:
+      with socket.create_connection((host, int(port)), timeout=2.0):
+        return False
+    except ConnectionRefusedError:
+      if time.monotonic() > deadline:
+        return True
+      time.sleep(0.25)
+    except (OSError, ValueError):
       return False
-  except ConnectionRefusedError:
-    return True
-  except (OSError, ValueError):
-    return False
 
 
 def _remote_factory(target: str):
@@ -564,16 +572,32 @@ def _patch_factory(module) -> None:
     module.local_cpp_executor_factory = _recording_managers(make)
   # A new local worker answers ~0.1 s after it starts; TFF polls it every second, and gRPC's first
   # reconnect after the refused first try waits ~1 s: the first computation of every context took
-  # 1.1 s where 0.2 s do (2 cores, AMX Xeon, 2026-12-06).
+  # 1.1 s where 0.2 s do (2 cores, AMX Xeon, 2026-12-06). gRPC raises a backoff under 100 ms to 100.
   if hasattr(module, "_LOCALHOST_SERVER_WAIT_TIME_SEC"):
-    module._LOCALHOST_SERVER_WAIT_TIME_SEC = _WORKER_POLL_SECONDS  # pylint: disable=protected-access
+    setattr(module, "_LOCALHOST_SERVER_WAIT_TIME_SEC", _WORKER_POLL_SECONDS)
   options = getattr(module, "_GRPC_CHANNEL_OPTIONS", None)
-  if isinstance(options, list) and not any(k == _BACKOFF_OPTIONS[0][0] for k, _ in options):
-    options.extend(_BACKOFF_OPTIONS)
+  if isinstance(options, list) and _BACKOFF_OPTION not in options:
+    options.append(_BACKOFF_OPTION)
 
 
 _WORKER_POLL_SECONDS = 0.05
-_BACKOFF_OPTIONS = [("grpc.initial_reconnect_backoff_ms", 50), ("grpc.min_reconnect_backoff_ms", 50)]
+_BACKOFF_OPTION = ("grpc.initial_reconnect_backoff_ms", 100)
+
+
+def _scan_managers() -> list:
+  """TFF's ServiceManagers found among all live objects: those made before `_patch_factory` (TFF
+  imported before tff_ssl; its import makes a default context). Slow in a large process: once."""
+  import gc  # pylint: disable=g-import-not-at-top
+  return [obj for obj in gc.get_objects()
+          if type(obj).__name__ == "ServiceManager"
+          and type(obj).__module__.endswith("executor_factory")]
+
+
+def _cell_value(cell):
+  try:
+    return cell.cell_contents
+  except ValueError:  # An empty cell.
+    return None
 
 
 def _recording_managers(make):
@@ -583,8 +607,8 @@ def _recording_managers(make):
   def factory(*args, **kwargs):
     made = make(*args, **kwargs)
     stack_fn = getattr(made, "_executor_stack_fn", None)
-    found = [cell.cell_contents for cell in getattr(stack_fn, "__closure__", None) or ()
-             if type(cell.cell_contents).__name__ == "ServiceManager"]
+    found = [_cell_value(cell) for cell in getattr(stack_fn, "__closure__", None) or ()
+             if type(_cell_value(cell)).__name__ == "ServiceManager"]
     if not found:
       logging.warning("tff_ssl.runtime: TFF's local executor factory no longer holds its "
                       "ServiceManager where 0.87 did; stop_workers cannot reset it")
@@ -596,9 +620,10 @@ def _recording_managers(make):
 
 
 # TFF_SSL_OP_TRACEBACKS=0: TensorFlow records no Python stack for each graph op it creates. Graph
-# building is most of the test suite's time, and the stack walk ~15% of it (py-spy, 2026-12-05); the
+# building is most of the test suite's time, and the stack walk 17% of it (py-spy, 2026-12-05); the
 # stack is read only by error messages, whose "defined at" then names `_op_tracebacks_are_off`. The
-# test session sets it (tests/conftest.py), for the binaries it starts too; real runs leave it unset.
+# test session sets it (tests/conftest.py), for the binaries it starts too; real runs leave it
+# unset.
 OP_TRACEBACKS_ENV = "TFF_SSL_OP_TRACEBACKS"
 _OPS_MODULE = "tensorflow.python.framework.ops"
 
@@ -622,9 +647,14 @@ class _FixedStack:
 
 
 def _patch_ops(module) -> None:
-  if os.environ.get(OP_TRACEBACKS_ENV, "1") != "0" or isinstance(module.tf_stack, _FixedStack):
+  stack = getattr(module, "tf_stack", None)
+  if os.environ.get(OP_TRACEBACKS_ENV, "1") != "0" or isinstance(stack, _FixedStack):
     return
-  module.tf_stack = _FixedStack(module.tf_stack)
+  if not hasattr(stack, "extract_stack"):
+    logging.warning("tff_ssl.runtime: TF's ops module no longer uses `tf_stack`; %s=0 does nothing",
+                    OP_TRACEBACKS_ENV)
+    return
+  module.tf_stack = _FixedStack(stack)
 
 
 _PATCHES = {_FACTORY_MODULE: _patch_factory, _OPS_MODULE: _patch_ops}
@@ -672,6 +702,8 @@ def install() -> None:
     for name, patch in _PATCHES.items():
       if name in sys.modules:
         patch(sys.modules[name])
+        if name == _FACTORY_MODULE:
+          _managers.update(_scan_managers())
     if any(name not in sys.modules for name in _PATCHES):
       sys.meta_path.insert(0, _PatchOnImport())
     atexit.register(_at_exit)

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -165,7 +166,7 @@ def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
   proc = train(out, "--rounds=1", f"--workers=localhost:{port}", timeout=600)  # As a user sees it.
   assert proc.returncode == cli.EXIT_ERROR
   assert proc.stderr.strip().count("\n") == 0, proc.stderr
-  assert f"worker localhost:{port} does not answer" in proc.stderr
+  assert f"worker localhost:{port} does not answer (nothing listens on its port)" in proc.stderr
   assert f"bin/worker --port={port}" in proc.stderr and not out.exists()
   proc = train_here(out, "--rounds=1", "--workers=localhost")
   assert proc.returncode == cli.EXIT_ERROR and "'localhost' is not host:port" in proc.stderr
@@ -175,15 +176,17 @@ def test_unreachable_worker_is_one_line_before_anything_is_written(tmp_path):
 
 
 def test_a_worker_port_that_accepts_but_never_answers_is_waited_for_then_named(monkeypatch):
-  """A closed port is refused at once (above); a host that accepts nothing or answers no gRPC is
-  waited for (10 s in a run), then named the same way."""
+  """A closed port is refused within its grace (above); a port that accepts connections but answers
+  no gRPC is waited for (10 s in a run), then named the same way."""
   monkeypatch.setattr(runtime, "_WORKER_CONNECT_SECONDS", 0.5)
-  monkeypatch.setattr(runtime, "_refuses_connections", lambda target: False)
-  port = portpicker.pick_unused_port()
-  with pytest.raises(runtime.WorkerUnavailableError,
-                     match=rf"worker localhost:{port} does not answer \(waited 0 s\); start it "
-                           rf"there with bin/worker --port={port}"):
-    runtime._remote_factory(f"localhost:{port}")  # pylint: disable=protected-access
+  with socket.socket() as server:
+    server.bind(("localhost", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    with pytest.raises(runtime.WorkerUnavailableError,
+                       match=rf"worker localhost:{port} does not answer \(waited 0 s\); start "
+                             rf"it there with bin/worker --port={port}"):
+      runtime._remote_factory(f"localhost:{port}")  # pylint: disable=protected-access
 
 
 def tiny_grid():

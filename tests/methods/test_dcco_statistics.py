@@ -80,6 +80,14 @@ def model(float64):
 _gray = []
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _release_the_modules_processes():
+  """The float64 processes and model live as long as this module's tests, not the worker's."""
+  yield
+  _processes.clear()
+  _gray.clear()
+
+
 def gray_model():
   """The one-channel model, built once in this module (float64, under the `float64` fixture)."""
   if not _gray:

@@ -219,7 +219,8 @@ def test_fedema_mu_in_whole_rounds_matches_numpy(fedema_runs):
       mus.append(min(scale[cid] * d, 1.0))
       ds.append(d)
     if not mus:  # No client had a network of its own yet.
-      assert np.isnan(measured[r]["client_own_weight"]) and np.isnan(measured[r]["client_divergence"])
+      assert np.isnan(measured[r]["client_own_weight"])
+      assert np.isnan(measured[r]["client_divergence"])
     else:
       np.testing.assert_allclose(measured[r]["client_own_weight"], np.mean(mus), rtol=1e-5)
       np.testing.assert_allclose(measured[r]["client_divergence"], np.mean(ds), rtol=1e-5)

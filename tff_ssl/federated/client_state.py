@@ -74,8 +74,8 @@ class ClientState(abc.ABC):
 
   def measurements(self, states: Sequence[Any]) -> dict:
     """On the server: what the round's new client states (NumPy, one per client that took part, in
-    `spec`'s structure) add to the round's measurements (aggregation.csv); default none. A diagnostic
-    of the simulation, which holds every client's state: a deployed client would keep it."""
+    `spec`'s structure) add to the round's measurements (aggregation.csv); default none. A
+    diagnostic of the simulation, which holds every client's state: a deployed client keeps it."""
     del states
     return {}
 
