@@ -97,7 +97,7 @@ def test_batched_records_equal_each_clients_own_clipped_update(float64, name):
 def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
               statistics_clip: float = 0.0, rounds: int = 1, statistics_quantile: float = 0.5,
               statistics_clip_rate: float = 0.2, history: list | None = None,
-              augmentations: int = 1):
+              augmentations: int = 1, norms: str = "per_image"):
   model = test_dcco.model.__wrapped__()
   privacy = PrivacyConfig(dp=dp, noise_multiplier=0.0, clip=clip, statistics_clip=statistics_clip,
                           statistics_quantile=statistics_quantile,
@@ -106,7 +106,7 @@ def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
   config = DCCOConfig(client_learning_rate=test_dcco.ETA, augment=test_dcco.AUGMENT,
                       seed=test_dcco.SEED, privacy=privacy,
                       denominator=float(sum(len(c["ids"]) for c in clients)), clip_loop=clip_loop,
-                      augmentations=augmentations)
+                      augmentations=augmentations, norms=norms)
   assert dcco_private.batched_clipping(config) is not clip_loop
   process = DCCOProcess(model, test_dcco.SHAPE, tff.learning.optimizers.build_sgdm(1.0), config,
                         Simulation(group_size=3))

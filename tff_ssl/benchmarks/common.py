@@ -90,10 +90,16 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("dcco_128x1", "dcco", 128, 1, phases=True),
     Scenario("fedavg_cco_32x4", "fedavg", 32, 4, client_learning_rate=0.1),
     # DP-DCCO at the cohorts where DP learns (issue 53): each real client's update clipped (one
-    # vectorized pass per chunk of images, `dcco_private.clipped_records`), beside the non-private round of
-    # the same clients. Noise multiplier 1 over a population of 60,000 one-image users.
+    # vectorized pass per chunk of images, `dcco_private.clipped_records`), beside the non-private
+    # round of the same clients. Noise multiplier 1 over a population of 60,000 one-image users.
     Scenario("dp_dcco_1024x1", "dcco", 1024, 1, baseline="non_private", fields=DP_FIELDS),
     Scenario("dp_dcco_4096x1", "dcco", 4096, 1, baseline="non_private", fields=DP_FIELDS),
+    # The same with ghost norms (--dp_norms=ghost, `dcco_private.ghost_records`): no per-image
+    # gradient formed.
+    Scenario("dp_dcco_1024x1_ghost", "dcco", 1024, 1, baseline="non_private",
+             fields=DP_FIELDS + (("dp_norms", "ghost"),)),
+    Scenario("dp_dcco_4096x1_ghost", "dcco", 4096, 1, baseline="non_private",
+             fields=DP_FIELDS + (("dp_norms", "ghost"),)),
 ]}
 # What `bin/benchmark` runs unless told (the mini-table scenarios are for --model=mini).
 DEFAULT_SCENARIOS = ("dcco_512x1", "dcco_previous_512x1", "dcco_128x4", "dcco_previous_128x4",

@@ -97,6 +97,8 @@ class DCCOConfig:
   # DP-DCCO's augmentation multiplicity (`--dp_augmentations`): view pairs of each image a
   # client's records average over.
   augmentations: int = 1
+  # DP-DCCO's phase-2 client norms (`--dp_norms`): "per_image" or "ghost".
+  norms: str = "per_image"
 
   def __post_init__(self):
     entry = losses.get_statistics(self.ssl)
@@ -365,7 +367,8 @@ def process_config(config) -> tuple[DCCOConfig, grouping.Simulation]:
                      mean_anchor=config.dcco_mean_anchor,
                      variance_anchor=config.dcco_variance_anchor,
                      refresh_every=config.dcco_refresh_every,
-                     augmentations=privacy_lib.view_pairs(config, private)),
+                     augmentations=privacy_lib.view_pairs(config, private),
+                     norms=config.dp_norms),
           grouping.Simulation(mode=config.simulation, group_size=config.group_size))
 
 

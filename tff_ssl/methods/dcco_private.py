@@ -28,6 +28,7 @@ from tff_ssl.methods.dcco_term import StatisticsTerm, client_config, field_of, t
 from tff_ssl.models import layers
 from tff_ssl.privacy import PrivacyConfig
 from tff_ssl.privacy import clip as clip_lib
+from tff_ssl.privacy import ghost
 from tff_ssl.privacy.release import PrivateRelease
 
 DP_STATISTICS_CLIP = Field("dp_statistics_clip", 1.0, "DP-DCCO: each client's L2 clip of its "
@@ -56,6 +57,16 @@ DP_STATISTICS_CLIP_AT_BOUND = Field(
     "--dp_statistics_clip; with gaussian_adaptive, --dp_statistics_clip_rate=0 keeps it fixed).")
 
 
+DP_NORMS = Field(
+    "dp_norms", "per_image", "DP-DCCO with one plain gradient step a client: how each client's "
+    "update norm for its clip is computed. per_image: per-image gradients in vectorized passes; "
+    "ghost: from one batched backward pass, each layer's inputs and output gradients "
+    "(privacy/ghost.py: convolutions, dense layers of 2-D inputs, GroupNorm; no per-image "
+    "gradient formed), refused for a model with other weighted layers (ViTs). The same clipped "
+    "sum to round-off; on the mini model neither is faster (docs/performance.md).",
+    choices=("per_image", "ghost"))
+
+
 # float32 norms of unit encodings' statistics reach the bound times (1 + 2.4e-7): the clip sits that
 # much above it, so that it clips no client.
 BOUND_ROUNDING = 1e-6
@@ -63,7 +74,7 @@ BOUND_ROUNDING = 1e-6
 
 # DP-DCCO's own fields beside `privacy.FIELDS` (its statistics release).
 FIELDS = (DP_STATISTICS_CLIP, DP_STATISTICS_QUANTILE, DP_STATISTICS_CLIP_RATE,
-          DP_STATISTICS_CLIP_AT_BOUND)
+          DP_STATISTICS_CLIP_AT_BOUND, DP_NORMS)
 
 
 def statistics_clip(config) -> float:
@@ -115,6 +126,8 @@ def check(cfg) -> None:
   if cfg.privacy.enabled and not cfg.denominator > 0:
     raise ValueError(f"DP-DCCO divides its noised sums by a public count of images per round; "
                      f"got denominator {cfg.denominator}")
+  if cfg.norms not in DP_NORMS.choices:
+    raise ValueError(f"--dp_norms={cfg.norms!r}: choose one of {', '.join(DP_NORMS.choices)}")
   if cfg.augmentations < 1 or (cfg.augmentations > 1 and not cfg.privacy.enabled):
     raise ValueError(f"DP-DCCO's view pairs must be 1, or more with DP; got {cfg.augmentations}")
 
@@ -195,6 +208,37 @@ def clipped_records(model: FunctionalModel, term: StatisticsTerm, augment, learn
   return total, norms, value
 
 
+def ghost_records(model: FunctionalModel, term: StatisticsTerm, augment, learning_rate, weights,
+                  seed, data, aggregate, clip):
+  """`clipped_records` from one batched forward and backward pass (`privacy.ghost`): each client's
+  norm from its rows' layer inputs and output gradients, the clipped sum as the batch's weight
+  gradients with each row's output gradient scaled by its client's clip factor. None where a
+  weight's layer has no ghost norm here (`ghost.uncovered`; a ViT's attention), at trace time."""
+  entry = losses.get_statistics(term.ssl)
+  v1, v2 = common.views(data, seed, augment)
+  segments, count = client_segments(data)
+  gradient, value = statistics_gradient(term, aggregate)
+  with tf.GradientTape() as tape, layers.recording() as records:
+    tape.watch(weights)
+    f, g = common.encode_views(model, weights, v1, v2)
+    total = linearized(entry, gradient, f, g, batch=True)
+  if ghost.uncovered(records, weights, model.names) or not all(map(ghost.supported, records)):
+    return None
+  outputs = tape.gradient(total, [r.output for r in records])
+  dims = [int(r.inputs.shape[-1]) for r in records if r.kind == "dense"] + [1]
+  rows = losses.statistics.ClientRows(tf.concat([segments, segments], 0), count, max(dims))
+  dtype = weights[0].dtype
+  eta = tf.cast(learning_rate, dtype)
+  norms = eta * tf.sqrt(tf.add_n([ghost.squared_norms(r, dy, rows)
+                                  for r, dy in zip(records, outputs)]))
+  factor = clip_lib.factors(norms * (1 + ghost.ROUNDING[dtype]), clip) * eta
+  row_weights = tf.gather(factor, rows.segments)
+  grads = {}
+  for r, dy in zip(records, outputs):
+    grads.update(ghost.weighted_gradients(r, dy, row_weights))
+  return common.flatten([grads[id(w)] for w in weights]), norms, value
+
+
 def statistics_gradient(term: StatisticsTerm, aggregate):
   """(G, the loss): G = the loss's gradient with respect to the statistics at the aggregate, by
   which every client's loss multiplies its own statistics (`StatisticsTerm.value`)."""
@@ -206,15 +250,17 @@ def statistics_gradient(term: StatisticsTerm, aggregate):
   return collections.OrderedDict(zip(stats, tape.gradient(value, list(stats.values())))), value
 
 
-def linearized(entry, gradient, f, g) -> tf.Tensor:
+def linearized(entry, gradient, f, g, batch: bool = False) -> tf.Tensor:
   """sum over the statistics of <G_s, s(f, g)> for one image's encodings `f`, `g` ([1, d]): its
   loss's linear part, whose gradient is the client's. An outer-product statistic a b^T enters as
-  a^T G b, never formed (d x d per image)."""
+  a^T G b, never formed (d x d per image). `batch`: summed over the rows of `f`, `g` ([N, d])."""
   total = []
   for t in entry.terms:
-    a = t.of(f, g)[0]
+    a = t.of(f, g) if batch else t.of(f, g)[0]
     if t.outer is None:
       total.append(tf.reduce_sum(gradient[t.name] * a))
+    elif batch:
+      total.append(tf.reduce_sum(a * tf.matmul(t.outer(f, g), gradient[t.name], transpose_b=True)))
     else:
       total.append(tf.reduce_sum(a * tf.linalg.matvec(gradient[t.name], t.outer(f, g)[0])))
   return tf.add_n(total)
@@ -332,17 +378,24 @@ def _client_update_sum(process, phase):
   model, specs, release = process.model, process.model.weight_specs, phase.release
   client = client_config(process.config, process.variance_eps)
   batched = batched_clipping(process.config)
-  m = process.config.augmentations
+  m, norms_kind = process.config.augmentations, process.config.norms
 
   @tff.tensorflow.computation(process.w_type, common.SEED_TYPE, process.dp_aggregate_type,
                               process.data_type, phase.params_type)
   def client_update_sum(weights, seed, aggregate, data, params):
     weights = common.unflatten_tensors(weights, specs)
     if batched:  # With m copies an image: the m-fold record clipped to m C, then / m.
-      record, norms, loss = clipped_records(model, client.terms[0], client.augment,
-                                            client.client_learning_rate, weights, seed,
-                                            common.multiplied(data, m), aggregate,
-                                            m * release.clip_of(params))
+      args = (model, client.terms[0], client.augment, client.client_learning_rate, weights, seed,
+              common.multiplied(data, m), aggregate, m * release.clip_of(params))
+      if norms_kind == "ghost":
+        ghosted = ghost_records(*args)
+        if ghosted is None:
+          raise ValueError("--dp_norms=ghost: a layer of this model has no ghost norm "
+                           "(privacy.ghost.KINDS: convolutions, dense layers of 2-D inputs, "
+                           "GroupNorm); use --dp_norms=per_image")
+        record, norms, loss = ghosted
+      else:
+        record, norms, loss = clipped_records(*args)
       n = tf.cast(tf.size(client_segments(data)[0]), tf.float32)
       return (release.presummed([record / m], tf.cast(norms / m, tf.float32), params), n,
               tf.cast(loss, tf.float32))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import threading
@@ -102,7 +103,9 @@ class Conv2D(_PrecisionMixin, tf.keras.layers.Conv2D):
     self._init_precision(precision)
 
   def convolution_op(self, inputs, kernel):
-    return self._result(super().convolution_op(*self._operands(inputs, kernel)), inputs)
+    y = self._result(super().convolution_op(*self._operands(inputs, kernel)), inputs)
+    _record(self, "conv", inputs, y, kernel=kernel)
+    return y
 
   def get_config(self):
     return {**super().get_config(), "precision": self.precision}
@@ -116,11 +119,13 @@ class Dense(_PrecisionMixin, tf.keras.layers.Dense):
     self._init_precision(precision)
 
   def call(self, inputs):
-    if PRECISIONS[self.precision] is None or inputs.shape.rank != 2:
+    recorded = recording_active() and inputs.shape.rank == 2
+    if (PRECISIONS[self.precision] is None or inputs.shape.rank != 2) and not recorded:
       return super().call(inputs)
     y = self._result(tf.matmul(*self._operands(inputs, self.kernel)), inputs)
     if self.use_bias:
       y = tf.nn.bias_add(y, self.bias)
+    _record(self, "dense", inputs, y, kernel=self.kernel)
     return self.activation(y) if self.activation is not None else y
 
   def get_config(self):
@@ -142,14 +147,17 @@ class WSConv2D(Conv2D):
     return standardize(kernel, [0, 1, 2], self.ws_eps)
 
   def convolution_op(self, inputs, kernel):
-    kernel = self.standardized_kernel(kernel)  # In float32: a per-filter normalization.
+    raw, kernel = kernel, self.standardized_kernel(kernel)  # In float32: a per-filter normalization.
     if getattr(_gradients, "sliced", False):
       if tuple(self.dilation_rate) != (1, 1) or self.data_format != "channels_last":
         raise ValueError(f"{self.name}: sliced filter gradients take undilated NHWC "
                          f"convolutions; got dilation {self.dilation_rate}, {self.data_format}")
       return self._result(sliced_conv2d(*self._operands(inputs, kernel), tuple(self.strides),
                                         self.padding.upper()), inputs)
-    return super().convolution_op(inputs, kernel)
+    y = self._result(tf.keras.layers.Conv2D.convolution_op(self, *self._operands(inputs, kernel)),
+                     inputs)
+    _record(self, "conv", inputs, y, kernel=raw, standardized=kernel)
+    return y
 
   def get_config(self):
     return {**super().get_config(), "ws_eps": self.ws_eps}
@@ -224,6 +232,54 @@ def sliced_filter_gradient(x, dy, kernel_shape, strides, padding: str) -> tf.Ten
       for i in range(kh)])
 
 
+_recording = threading.local()
+
+
+@dataclasses.dataclass
+class Recorded:
+  """One call of a layer with weights, as `recording` saw it: `kind` "conv" (Conv2D, WSConv2D),
+  "dense" (Dense of [B, D] inputs) or "group_norm"; `weights` its weight tensors by role ("kernel",
+  "bias", "gamma", "beta"); `inputs` what multiplies its weights (a convolution's or dense layer's
+  input; GroupNorm's standardized input x_hat, grouped [B, ..., groups, channels / groups]);
+  `output` the tensor at which the loss's gradient gives the weights' (before any activation; a
+  convolution's before its bias); `layer` the Keras layer (strides, padding); `standardized` a
+  WSConv2D's standardized kernel (its raw kernel is `weights["kernel"]`)."""
+
+  kind: str
+  layer: tf.keras.layers.Layer
+  weights: dict
+  inputs: tf.Tensor
+  output: tf.Tensor
+  standardized: tf.Tensor | None = None
+
+
+@contextlib.contextmanager
+def recording():
+  """Within it (at trace time), each call of a Conv2D, WSConv2D, Dense (of 2-D inputs) or
+  GroupNormalization appends its `Recorded` to the yielded list: what per-client gradient norms
+  need without per-client gradients (`privacy.ghost`). The layers compute the same function."""
+  previous = getattr(_recording, "records", None)
+  _recording.records = records = []
+  try:
+    yield records
+  finally:
+    _recording.records = previous
+
+
+def recording_active() -> bool:
+  return getattr(_recording, "records", None) is not None
+
+
+def _record(layer, kind: str, inputs, output, **parts) -> None:
+  records = getattr(_recording, "records", None)
+  if records is None:
+    return
+  standardized = parts.pop("standardized", None)
+  if kind in ("conv", "dense") and layer.use_bias:
+    parts["bias"] = layer.bias
+  records.append(Recorded(kind, layer, parts, inputs, output, standardized))
+
+
 def num_groups(channels: int, max_groups: int = MAX_GROUPS, min_group_size: int = 1) -> int:
   """gcd(channels, max_groups) (32 whenever it divides), halved until groups hold at least
   `min_group_size` channels."""
@@ -280,7 +336,35 @@ class GroupNormalization(tf.keras.layers.GroupNormalization):
                 tf.reshape(tf.reduce_sum(g, outer), [channels]))
       return x_hat * gamma + tf.reshape(beta, param_shape), grad
 
+    if recording_active():  # x_hat as a second output, which the weights' gradient multiplies.
+      normalized, x_hat = _normalize_with_x_hat(grouped, self.gamma, self.beta, axes, outer,
+                                                param_shape, channels, epsilon)
+      _record(self, "group_norm", x_hat, normalized, gamma=self.gamma, beta=self.beta)
+      return tf.reshape(normalized, shape)
     return tf.reshape(normalize(grouped, self.gamma, self.beta), shape)
+
+
+def _normalize_with_x_hat(grouped, gamma, beta, axes, outer, param_shape, channels, epsilon):
+  """`GroupNormalization.call`'s normalization (the same function and gradient) returning x_hat
+  too, which no gradient flows through (a `recording` reads it)."""
+
+  @tf.custom_gradient
+  def normalize(grouped, gamma, beta):
+    centered = grouped - tf.reduce_mean(grouped, axes, keepdims=True)
+    inv = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True) + epsilon)
+    x_hat = centered * inv
+    gamma = tf.reshape(gamma, param_shape)
+
+    def grad(g, unused_x_hat_gradient):
+      del unused_x_hat_gradient
+      g_hat = g * gamma
+      dx = inv * (g_hat - tf.reduce_mean(g_hat, axes, keepdims=True)
+                  - x_hat * tf.reduce_mean(g_hat * x_hat, axes, keepdims=True))
+      return (dx, tf.reshape(tf.reduce_sum(g * x_hat, outer), [channels]),
+              tf.reshape(tf.reduce_sum(g, outer), [channels]))
+    return (x_hat * gamma + tf.reshape(beta, param_shape), tf.identity(x_hat)), grad
+
+  return normalize(grouped, gamma, beta)
 
 
 def group_norm(channels: int, name: str | None = None,

@@ -1,0 +1,118 @@
+"""Ghost norms (`privacy.ghost`, `dcco_private.ghost_records`, `--dp_norms=ghost`): each client's
+update norm from one batched backward pass, and the clipped sum as the batch's weight gradients
+with rows scaled by their clients' factors.
+
+  * float64, on unequal clients (weight-standardized ResNet, GroupNorm, dense head): the norms, the
+    clipped sum and the loss equal the per-image path's (`clipped_records`, itself checked against
+    each client's own update in test_per_client_clipping.py) to 1e-10, with a clip that shortens
+    some clients and not others (VICReg with augmentation multiplicity 2).
+  * float32: the norms differ from the per-image path's by far less than `ghost.ROUNDING`, the
+    margin the clip factor adds so that no client's share exceeds the clip.
+  * A model with a weighted layer that has no ghost norm (LayerNormalization) is refused.
+  * A DP-DCCO round in TFF with --dp_norms=ghost gives the per-client loop's update.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tff_ssl import losses
+from tff_ssl.federated import common, grouping
+from tff_ssl.federated.functional import FunctionalModel
+from tff_ssl.methods import dcco_private, dcco_term
+from tff_ssl.methods.dcco import DCCOConfig
+from tff_ssl.privacy import ghost
+from tests import spread
+from tests.methods import test_dcco
+from tests.methods.test_dcco_statistics import functional_model
+from tests.privacy import test_per_client_clipping as per_client
+from tests.privacy.test_per_client_clipping import AUGMENT, ETA, HP, SEED, SHAPE
+
+
+@pytest.fixture
+def float64():
+  before = tf.keras.backend.floatx()
+  tf.keras.backend.set_floatx("float64")
+  yield
+  tf.keras.backend.set_floatx(before)
+
+
+def _setup(name, model, m: int = 1):
+  clients = per_client._clients()
+  slot = common.multiplied(grouping.pack(clients)[0], m)
+  cfg = DCCOConfig(ssl=name, hparams=HP, client_learning_rate=ETA, augment=AUGMENT, seed=SEED,
+                   variance_anchor=0.25)
+  term = dcco_term.client_config(cfg).terms[0]
+  dtype = tf.keras.backend.floatx()
+  weights = [tf.constant(w, dtype) for w in model.initial_weights]
+  seed = common.round_seed(SEED, 0)
+  entry = losses.get_statistics(name)
+  f, g = common.encode_views(model, weights, *common.views(slot, seed, AUGMENT))
+  aggregate = {"statistics": entry.statistics(f, g),
+               "count": tf.constant(float(f.shape[0]), dtype)}
+  return term, weights, seed, slot, aggregate
+
+
+def _both(model, term, weights, seed, slot, aggregate, clip):
+  args = (model, term, AUGMENT, ETA, weights, seed, slot, aggregate, clip)
+  return dcco_private.clipped_records(*args, chunk=per_client.CHUNK), \
+      dcco_private.ghost_records(*args)
+
+
+@pytest.mark.parametrize("name,m", [("cco", 1), ("vicreg", 2)])
+def test_ghost_records_equal_the_per_image_records(float64, name, m):
+  del float64
+  model = functional_model(SHAPE)
+  term, weights, seed, slot, aggregate = _setup(name, model, m)
+  (_, norms, _), _ = _both(model, term, weights, seed, slot, aggregate, np.inf)
+  clip = float(np.median(norms.numpy()))
+  (want, want_norms, want_loss), (got, got_norms, got_loss) = _both(
+      model, term, weights, seed, slot, aggregate, clip)
+  assert 0 < int(np.sum(want_norms.numpy() > clip)) < len(want_norms.numpy())
+  spread.within(f"float64 {name} x{m}: ghost norms vs per-image",
+                spread.relative_gap(got_norms.numpy(), want_norms.numpy()), 1e-10)
+  spread.within(f"float64 {name} x{m}: ghost clipped sum vs per-image",
+                spread.relative_gap(got.numpy(), want.numpy()), 1e-10)
+  assert float(got_loss) == pytest.approx(float(want_loss), rel=1e-12)
+
+
+def test_float32_ghost_norms_stay_well_inside_the_clip_margin():
+  model = functional_model(SHAPE)
+  term, weights, seed, slot, aggregate = _setup("cco", model)
+  (_, want, _), (_, got, _) = _both(model, term, weights, seed, slot, aggregate, np.inf)
+  gap = float(np.max(np.abs(got.numpy() / want.numpy() - 1)))
+  assert gap < ghost.ROUNDING[tf.float32] / 10, gap
+
+
+def test_a_layer_without_a_ghost_norm_is_refused(float64):
+  del float64
+
+  def build():
+    x = tf.keras.Input(SHAPE)
+    h = tf.keras.layers.Flatten()(x)
+    h = tf.keras.layers.LayerNormalization()(h)  # Weights that `recording` does not see.
+    return tf.keras.Model(x, tf.keras.layers.Dense(8)(h))
+
+  model = FunctionalModel(build)
+  term, weights, seed, slot, aggregate = _setup("cco", model)
+  assert dcco_private.ghost_records(model, term, AUGMENT, ETA, weights, seed, slot, aggregate,
+                                    1.0) is None
+  records_names = ghost.uncovered([], weights, model.names)
+  assert records_names == model.names
+
+
+def test_a_dp_dcco_round_with_ghost_norms_clips_each_client_as_the_loop_does():
+  _, clients = test_dcco.make_clients([1, 2, 1, 4, 1, 9, 1])
+  loop_update, loop_metrics = per_client._dp_round(True, clients, clip=75.0)
+  update, metrics = per_client._dp_round(False, clients, clip=75.0, norms="ghost")
+  fraction = metrics["aggregation"]["update_clipped_fraction"]
+  assert 0 < fraction < 1 and fraction == loop_metrics["aggregation"]["update_clipped_fraction"]
+  assert metrics["aggregation"]["update_norm"] == pytest.approx(
+      loop_metrics["aggregation"]["update_norm"], rel=1e-5)
+  spread.within("DP-DCCO round, ghost norms: batched clipping vs the per-client loop",
+                spread.relative_gap(update, loop_update), 1e-3)
+
+
+def test_dp_norms_is_checked():
+  with pytest.raises(ValueError, match="--dp_norms='fast'"):
+    DCCOConfig(norms="fast")

@@ -1,0 +1,150 @@
+"""Per-client gradient norms and clipped gradient sums from one batched backward pass, without any
+client's gradient ("ghost" norms: Goodfellow 2015, Li et al. 2022; with the weighted sum of the
+book-keeping kind, Bu et al. 2023): DP-DCCO's phase-2 records (`methods.dcco_private`).
+
+A forward pass under `models.layers.recording` gives each layer's input x and output y; one backward
+pass gives dL/dy for every recorded layer at once. With rows that a model treats apart (GroupNorm,
+weight standardization and dense layers of 2-D inputs never mix rows), client k's gradient is a sum
+over its rows only, so per layer:
+
+  dense      W: sum_{r in k} x_r dy_r^T, ||.||^2 = sum_{r,s in k} (x_r . x_s)(dy_r . dy_s), which
+             never forms the [d_in, d_out] matrix (`rows.pair_sums`); bias: ||sum_{r in k} dy_r||^2.
+  conv       G_k = sum_{r in k} sum_t patch_{r,t} dy_{r,t}^T, formed per client for one kernel offset
+             at a time ([K, c_in, c_out]); weight standardization W_hat = (W - mean) * inv maps a
+             gradient g of W_hat (per output filter o, n = kh kw c_in entries) to
+             inv_o (g - mean(g) - W_hat_o mean(g W_hat_o)), whose squared norm is
+             inv_o^2 (|g|^2 - (sum g)^2 / n - (2 - r_o)(sum g W_hat_o)^2 / n), r_o = mean(W_hat_o^2).
+  group_norm gamma: sum over a client's rows and positions of dy x_hat; beta: of dy.
+
+The clipped sum is then sum_k c_k grad_k = sum_r c_{k(r)} x_r dy_r^T: each layer's weight gradient
+with every row's dy scaled by its client's factor (`weighted_gradients`), computed as the batch's.
+
+Not TensorFlow Privacy's `fast_gradient_clipping` (0.9.0): it has no convolution, GroupNorm or
+weight-standardization rule, groups examples into consecutive microbatches only (a client's rows
+here are in both views' halves of the batch), and walks the Keras graph layer by layer where
+`FunctionalModel` calls the model whole (BUILD-notes.md, "Privacy on the wire").
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# The clip factor reads a client's norm this much larger than computed: the norm and the summed
+# gradient come from different arithmetic (einsums and weight standardization's closed form against
+# the batch's filter gradient), which in float32 differ by up to 1.4e-6 relative (measured by
+# tests/privacy/test_ghost_norms.py, which keeps the gap under a tenth of the margin), so that the
+# clip bounds every client's share of the sum as the noise assumes.
+ROUNDING = {tf.float32: 1e-4, tf.float64: 1e-12}
+
+KINDS = ("conv", "dense", "group_norm")
+
+
+def uncovered(records, weights, names) -> list[str]:
+  """The names of `weights` that no record multiplies exactly once (each must: a weight a model
+  uses twice, or in a layer `recording` does not see, has no ghost norm here)."""
+  seen = {}
+  for r in records:
+    for w in r.weights.values():
+      seen[id(w)] = seen.get(id(w), 0) + 1
+  return [n for w, n in zip(weights, names) if seen.get(id(w), 0) != 1]
+
+
+def supported(record) -> bool:
+  """Whether this module computes `record`'s norms (undilated NHWC convolutions)."""
+  if record.kind == "conv":
+    layer = record.layer
+    return (tuple(layer.dilation_rate) == (1, 1) and layer.data_format == "channels_last"
+            and getattr(layer, "groups", 1) == 1)
+  return record.kind in KINDS
+
+
+def squared_norms(record, dy, rows) -> tf.Tensor:
+  """[K]: each client's squared gradient norm of `record`'s weights, from its input and `dy`
+  (dL/d output, [R, ...]). `rows`: each row's client (`losses.statistics.ClientRows`)."""
+  x = record.inputs
+  if record.kind == "dense":
+    total = rows.pair_sums(x, dy)
+    if "bias" in record.weights:
+      total += tf.reduce_sum(tf.square(rows.segment_sum(dy)), 1)
+    return tf.maximum(total, 0.0)
+  if record.kind == "group_norm":
+    outer = list(range(1, x.shape.rank - 2))  # Positions; the last two axes are the channels.
+    channels = [-1, x.shape[-2] * x.shape[-1]]
+    gamma = rows.segment_sum(tf.reshape(tf.reduce_sum(dy * x, outer), channels))
+    beta = rows.segment_sum(tf.reshape(tf.reduce_sum(dy, outer), channels))
+    return tf.reduce_sum(tf.square(gamma), 1) + tf.reduce_sum(tf.square(beta), 1)
+  return _conv_squared_norms(record, dy, rows)
+
+
+def _conv_squared_norms(record, dy, rows) -> tf.Tensor:
+  kernel = record.weights["kernel"]
+  kh, kw, _, _ = kernel.shape.as_list()
+  squares = sums = aligned = 0.0  # Per client and output filter: sum g^2, sum g, sum g W_hat.
+  standardized = record.standardized
+  for (i, j), patch in _offsets(record.inputs, dy, record.layer):
+    g = rows.segment_sum(tf.einsum("rhwc,rhwd->rcd", patch, dy))  # [K, c_in, c_out]
+    squares += tf.reduce_sum(tf.square(g), 1)
+    if standardized is not None:
+      sums += tf.reduce_sum(g, 1)
+      aligned += tf.reduce_sum(g * standardized[i, j][None], 1)
+  if standardized is None:
+    total = tf.reduce_sum(squares, 1)
+  else:
+    n = float(kh * kw * kernel.shape[2])
+    inv_sq = 1.0 / (_variance(kernel) + record.layer.ws_eps)  # [c_out]
+    r = tf.reduce_mean(tf.square(standardized), [0, 1, 2])
+    total = tf.reduce_sum(inv_sq * tf.maximum(
+        squares - tf.square(sums) / n - (2.0 - r) * tf.square(aligned) / n, 0.0), 1)
+  if "bias" in record.weights:
+    total += tf.reduce_sum(tf.square(rows.segment_sum(tf.reduce_sum(dy, [1, 2]))), 1)
+  return total
+
+
+def _variance(kernel) -> tf.Tensor:
+  centered = kernel - tf.reduce_mean(kernel, [0, 1, 2], keepdims=True)
+  return tf.reduce_mean(tf.square(centered), [0, 1, 2])
+
+
+def _offsets(x, dy, layer):
+  """((i, j), x's rows at kernel offset (i, j) under each output position [R, oh, ow, c_in]) for
+  every offset: a convolution's kernel gradient at (i, j) is sum over positions of these times dy
+  (x padded as "SAME" pads it; `models.layers.sliced_filter_gradient`)."""
+  kh, kw = layer.kernel_size
+  (sh, sw), (height, width), (oh, ow) = layer.strides, x.shape[1:3], dy.shape[1:3]
+  if layer.padding.upper() == "SAME":
+    ph, pw = max((oh - 1) * sh + kh - height, 0), max((ow - 1) * sw + kw - width, 0)
+    x = tf.pad(x, [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]])
+  for i in range(kh):
+    for j in range(kw):
+      yield (i, j), x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
+
+
+def weighted_gradients(record, dy, row_weights) -> dict[int, tf.Tensor]:
+  """{id(weight tensor): the gradient of sum_r w_r L_r for each of `record`'s weights}, from its
+  input and dy = dL/d output with L = sum_r L_r, row by row: the batch's weight gradient with each
+  row's dy scaled by `row_weights` [R] (its client's clip factor)."""
+  w = tf.reshape(tf.cast(row_weights, dy.dtype), [-1] + [1] * (dy.shape.rank - 1))
+  scaled, x, out = dy * w, record.inputs, {}
+  weights = record.weights
+  if record.kind == "dense":
+    out[id(weights["kernel"])] = tf.matmul(x, scaled, transpose_a=True)
+    if "bias" in weights:
+      out[id(weights["bias"])] = tf.reduce_sum(scaled, 0)
+    return out
+  if record.kind == "group_norm":
+    outer = list(range(x.shape.rank - 2))
+    out[id(weights["gamma"])] = tf.reshape(tf.reduce_sum(scaled * x, outer), [-1])
+    out[id(weights["beta"])] = tf.reshape(tf.reduce_sum(scaled, outer), [-1])
+    return out
+  layer, kernel = record.layer, weights["kernel"]
+  grad = tf.compat.v1.nn.conv2d_backprop_filter(
+      x, tf.shape(kernel), scaled, [1, *layer.strides, 1], layer.padding.upper())
+  if record.standardized is not None:  # Through the standardization (`layers.standardize`).
+    axes, w_hat = [0, 1, 2], record.standardized
+    inv = tf.math.rsqrt(_variance(kernel) + layer.ws_eps)
+    grad = inv * (grad - tf.reduce_mean(grad, axes, keepdims=True)
+                  - w_hat * tf.reduce_mean(grad * w_hat, axes, keepdims=True))
+  out[id(kernel)] = grad
+  if "bias" in weights:
+    out[id(weights["bias"])] = tf.reduce_sum(scaled, [0, 1, 2])
+  return out
