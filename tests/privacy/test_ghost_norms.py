@@ -27,14 +27,7 @@ from tests.methods import test_dcco
 from tests.methods.test_dcco_statistics import functional_model
 from tests.privacy import test_per_client_clipping as per_client
 from tests.privacy.test_per_client_clipping import AUGMENT, ETA, HP, SEED, SHAPE
-
-
-@pytest.fixture
-def float64():
-  before = tf.keras.backend.floatx()
-  tf.keras.backend.set_floatx("float64")
-  yield
-  tf.keras.backend.set_floatx(before)
+from tests.privacy.test_per_client_clipping import float64  # noqa: F401  (the fixture)
 
 
 def _setup(name, model, m: int = 1):

@@ -320,33 +320,19 @@ class GroupNormalization(tf.keras.layers.GroupNormalization):
         out = out + tf.reshape(self.beta, param_shape)
       return tf.reshape(out, shape)
     epsilon, outer = self.epsilon, list(range(rank - 1))
-
-    @tf.custom_gradient
-    def normalize(grouped, gamma, beta):
-      centered = grouped - tf.reduce_mean(grouped, axes, keepdims=True)
-      inv = tf.math.rsqrt(tf.reduce_mean(tf.square(centered), axes, keepdims=True) + epsilon)
-      x_hat = centered * inv
-      gamma = tf.reshape(gamma, param_shape)
-
-      def grad(g):
-        g_hat = g * gamma
-        dx = inv * (g_hat - tf.reduce_mean(g_hat, axes, keepdims=True)
-                    - x_hat * tf.reduce_mean(g_hat * x_hat, axes, keepdims=True))
-        return (dx, tf.reshape(tf.reduce_sum(g * x_hat, outer), [channels]),
-                tf.reshape(tf.reduce_sum(g, outer), [channels]))
-      return x_hat * gamma + tf.reshape(beta, param_shape), grad
-
-    if recording_active():  # x_hat as a second output, which the weights' gradient multiplies.
-      normalized, x_hat = _normalize_with_x_hat(grouped, self.gamma, self.beta, axes, outer,
-                                                param_shape, channels, epsilon)
-      _record(self, "group_norm", x_hat, normalized, gamma=self.gamma, beta=self.beta)
-      return tf.reshape(normalized, shape)
-    return tf.reshape(normalize(grouped, self.gamma, self.beta), shape)
+    recorded = recording_active()  # x_hat as a second output, which the weights' gradient multiplies.
+    out = _group_normalize(grouped, self.gamma, self.beta, axes, outer, param_shape, channels,
+                           epsilon, with_x_hat=recorded)
+    if recorded:
+      out, x_hat = out
+      _record(self, "group_norm", x_hat, out, gamma=self.gamma, beta=self.beta)
+    return tf.reshape(out, shape)
 
 
-def _normalize_with_x_hat(grouped, gamma, beta, axes, outer, param_shape, channels, epsilon):
-  """`GroupNormalization.call`'s normalization (the same function and gradient) returning x_hat
-  too, which no gradient flows through (a `recording` reads it)."""
+def _group_normalize(grouped, gamma, beta, axes, outer, param_shape, channels, epsilon,
+                     with_x_hat: bool = False):
+  """`GroupNormalization.call`'s normalization with its gradient written out; `with_x_hat`: also
+  x_hat, a second output no gradient flows through (a `recording` reads it)."""
 
   @tf.custom_gradient
   def normalize(grouped, gamma, beta):
@@ -355,14 +341,15 @@ def _normalize_with_x_hat(grouped, gamma, beta, axes, outer, param_shape, channe
     x_hat = centered * inv
     gamma = tf.reshape(gamma, param_shape)
 
-    def grad(g, unused_x_hat_gradient):
+    def grad(g, *unused_x_hat_gradient):
       del unused_x_hat_gradient
       g_hat = g * gamma
       dx = inv * (g_hat - tf.reduce_mean(g_hat, axes, keepdims=True)
                   - x_hat * tf.reduce_mean(g_hat * x_hat, axes, keepdims=True))
       return (dx, tf.reshape(tf.reduce_sum(g * x_hat, outer), [channels]),
               tf.reshape(tf.reduce_sum(g, outer), [channels]))
-    return (x_hat * gamma + tf.reshape(beta, param_shape), tf.identity(x_hat)), grad
+    y = x_hat * gamma + tf.reshape(beta, param_shape)
+    return ((y, tf.identity(x_hat)) if with_x_hat else y), grad
 
   return normalize(grouped, gamma, beta)
 
