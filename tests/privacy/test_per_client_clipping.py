@@ -118,16 +118,17 @@ def _dp_round(clip_loop: bool, clients, clip: float, dp: str = "gaussian_fixed",
   return [a - b for a, b in zip(new_state.weights, state.weights)], metrics
 
 
-def test_a_dp_dcco_round_clips_each_client_as_the_loop_does():
+@pytest.mark.parametrize("norms", ["per_image", "ghost"])  # --dp_norms: privacy/ghost.py.
+def test_a_dp_dcco_round_clips_each_client_as_the_loop_does(norms):
   _, clients = test_dcco.make_clients([1, 2, 1, 4, 1, 9, 1])
   loop_update, loop_metrics = _dp_round(True, clients, clip=75.0)
-  update, metrics = _dp_round(False, clients, clip=75.0)
+  update, metrics = _dp_round(False, clients, clip=75.0, norms=norms)
   fraction = metrics["aggregation"]["update_clipped_fraction"]
   assert 0 < fraction < 1 and fraction == loop_metrics["aggregation"]["update_clipped_fraction"]
   assert metrics["aggregation"]["update_norm"] == pytest.approx(
       loop_metrics["aggregation"]["update_norm"], rel=1e-5)
   # float32 round-off of sums whose terms cancel (measured 7e-5 at this round).
-  spread.within("DP-DCCO round: batched clipping vs the per-client loop",
+  spread.within(f"DP-DCCO round, {norms} norms: batched clipping vs the per-client loop",
                 spread.relative_gap(update, loop_update), 1e-3)
 
 
