@@ -34,17 +34,18 @@ def checker_verdicts(table_md: str) -> dict[int, set[str]]:
 
 
 def rendered_pages():
-  """(page, its table.md, the page's analysis after the table) for each page that copies a table."""
-  tables = {}
-  for t in glob.glob(os.path.join(ROOT, "docs", "table_runs", "*", "table.md")):
+  """(page, its run folder's table.md, the page's analysis after the rendered part) for each page
+  that begins with a run folder's page.md (the checker's verdicts; table.md has their numbers)."""
+  heads = {}
+  for t in glob.glob(os.path.join(ROOT, "docs", "table_runs", "*", "page.md")):
     with open(t, encoding="utf-8") as f:
-      tables[t] = f.read().rstrip("\n")
+      heads[os.path.join(os.path.dirname(t), "table.md")] = f.read()
   for page in sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
     with open(page, encoding="utf-8") as f:
       text = f.read()
-    for t, table in tables.items():
-      if text.startswith(table):
-        yield page, t, text[len(table):]
+    for t, head in heads.items():
+      if text.startswith(head):
+        yield page, t, text[len(head):]
 
 
 def test_the_analysis_uses_the_checkers_verdict_for_each_claim_it_cites():

@@ -1,4 +1,6 @@
-"""Renders a reproduced table: table.md (ours beside the paper's), table.csv, curves.png."""
+"""Renders a reproduced table: table.md (ours beside the paper's, every check with its numbers),
+page.md (the same with the gate's and the claims' verdicts as grids: what a docs page shows),
+table.csv, curves.png."""
 
 from __future__ import annotations
 
@@ -287,7 +289,11 @@ def claim_lines(table: Table, records, g: Gate, seeds=None) -> list[str]:
   **fails** / untested: <why>", n numbering the claims as `claim_sources` lists them. A table with
   training seeds (`Table.seeds`) reads `seeds` (`seed_accuracies`) by the verdict rule
   (`seeded_compare`)."""
-  lines = []
+  return [line for _, _, line in _claim_checks(table, records, g, seeds)]
+
+
+def _claim_checks(table: Table, records, g: Gate, seeds=None):
+  """(claim number, column, check's line) of `claim_lines`, in its order."""
   for i, claim in enumerate(table.claims, 1):
     for column in claim_columns(table, claim):
       where = f"{table.column(column).group} {table.column(column).label}".strip() if column else ""
@@ -300,8 +306,7 @@ def claim_lines(table: Table, records, g: Gate, seeds=None) -> list[str]:
                          within=claim.within if claim.relation == "within" else None,
                          evaluations=claim.evaluations or None,
                          by=claim.by if claim.relation == "by" else None)
-      lines.append(f"[{i}] {line}")
-  return lines
+      yield i, column, f"[{i}] {line}"
 
 
 def seed_accuracies(table: Table, todo, results) -> dict:
@@ -362,19 +367,28 @@ def seeded_compare(table: Table, records, g: Gate, seeds, claim, column: str, la
 def claim_sources(table: Table) -> list[str]:
   """Where the paper makes its claims, lettered (a), (b), ..., then the claims, numbered as
   `claim_lines` numbers them, each with its rows, relation, evaluations and source's letter."""
-  words = {"above": "above", "at_least": "at least"}
+  letters = _source_letters(table)
+  return [f"({letter}) {source}" for source, letter in letters.items()] + [
+      _claim_name(table, i, c, letters, with_evaluations=True)
+      for i, c in enumerate(table.claims, 1)]
+
+
+def _source_letters(table: Table) -> dict[str, str]:
   letters: dict[str, str] = {}
   for c in table.claims:
     letters.setdefault(c.source, chr(ord("a") + len(letters)))
-  out = [f"({letter}) {source}" for source, letter in letters.items()]
-  for i, c in enumerate(table.claims, 1):
-    relation = (f"within {c.within:g} points of" if c.relation == "within" else
-                f"at least {c.by:g} points above" if c.relation == "by" else words[c.relation])
-    evals = ", ".join(c.evaluations) or ", ".join(g for g in table.gate_keys)
-    label = f", {c.label}" if c.label else ""
-    out.append(f"[{i}] {table.row(c.better).name} {relation} {table.row(c.base).name}{label} "
-               f"({evals}) ({letters[c.source]})")
-  return out
+  return letters
+
+
+def _claim_name(table: Table, i: int, c, letters, with_evaluations: bool) -> str:
+  """"[i] A above B, label (evaluations) (source's letter)"."""
+  words = {"above": "above", "at_least": "at least"}
+  relation = (f"within {c.within:g} points of" if c.relation == "within" else
+              f"at least {c.by:g} points above" if c.relation == "by" else words[c.relation])
+  evals = f" ({', '.join(c.evaluations) or ', '.join(table.gate_keys)})" if with_evaluations else ""
+  label = f", {c.label}" if c.label else ""
+  return (f"[{i}] {table.row(c.better).name} {relation} {table.row(c.base).name}{label}{evals} "
+          f"({letters[c.source]})")
 
 
 def _gate_problem(keys, baselines) -> str:
@@ -449,6 +463,73 @@ def _gate_table(table: Table, g: Gate, keys) -> list[str]:
         " (against its own baselines)" if (row, column) in g.own_baselines else "")
     lines.append(f"| {where} | {', '.join(f'{100 * v:+.1f}' for v in raws)} | "
                  f"{', '.join(f'{100 * m[k][1]:+.1f}' for k in keys if k in m)} | {verdict} |")
+  return lines
+
+
+def _gate_word(g: Gate, row: str, column: str, keys) -> str:
+  m = g.margins.get((row, column))
+  if g.problem_for(keys):
+    return "untested"
+  if not m or not all(k in m for k in keys):
+    return "…" if m else ""
+  if not g.passes(row, column, keys):
+    return "**fails**"
+  return "goal met" if min(m[k][0] for k in keys) >= GOAL_OVER_RAW_PIXELS - 1e-9 else "passes"
+
+
+def gate_grid(table: Table, g: Gate) -> list[str]:
+  """The page's gate: the results grid's layout, each pretrained cell's verdict ("goal met",
+  "passes", "**fails**") at the main label fraction, then " / " at each other fraction the gate
+  reads; the margins are table.md's (`gate_lines`)."""
+  fractions = [g.evaluations] + [tuple(k) for k in g.at_fraction.values()
+                                 if k and tuple(k) != tuple(g.evaluations)]
+  at = " / ".join(f"{100 * g.fractions.get(ks[0], 0):g}%" if g.fractions else ", ".join(ks)
+                  for ks in fractions)
+  lines = [f"A cell passes when it is >= {100 * GATE_OVER_RAW_PIXELS:.0f} point above raw pixels "
+           f"and >= {100 * GATE_OVER_RANDOM_INIT:.0f} above random init at every label seed of the "
+           f"gate's probe ({'; '.join(', '.join(ks) for ks in fractions)}); the goal is raw pixels "
+           f"+ {100 * GOAL_OVER_RAW_PIXELS:.0f}. An ordering is tested only between cells that "
+           f"pass{' at the label fraction it compares' if len(fractions) > 1 else ''}. Each cell's "
+           "margins: table.md in the run folder."]
+  problem = "; ".join(dict.fromkeys(p for p in (g.problem_for(ks) for ks in fractions) if p))
+  if problem:
+    lines.append(f"No cell can pass at some label fraction: {problem}.")
+  own = {row for row, _ in g.own_baselines}
+  lines += ["", f"| gate at {at} labels | " + " | ".join(
+      f"{c.group} {c.label}".strip() for c in table.columns) + " |",
+            "|---" * (len(table.columns) + 1) + "|"]
+  for row in table.rows:
+    if row.supervised:
+      continue
+    columns = [c.key for c in table.columns] if row.federated else [""]
+    cells = [" / ".join(_gate_word(g, row.key, c, ks) for ks in fractions) for c in columns]
+    cells = [c if c.strip(" /") else "—" for c in cells]
+    cells += [""] * (len(table.columns) - len(cells))
+    lines.append(f"| {row.name}{' (its own baselines)' if row.key in own else ''} | "
+                 + " | ".join(cells) + " |")
+  return lines
+
+
+def claims_grid(table: Table, records, g: Gate, seeds=None) -> list[str]:
+  """The page's claims: a row per claim, a column per table column (and "pooled" for a claim
+  between rows without columns), each cell the verdict `claim_lines` gives there; the numbers are
+  table.md's."""
+  verdict: dict = {}
+  for i, column, line in _claim_checks(table, records, g, seeds):
+    word = verdict_of(line)
+    verdict[(i, column)] = "**fails**" if word == "fails" else word
+  columns = [c for c in table.columns if any(k == c.key for _, k in verdict)]
+  pooled = any(k == "" for _, k in verdict)
+  letters = _source_letters(table)
+  lines = ["| claim | " + " | ".join(f"{c.group} {c.label}".strip() for c in columns)
+           + (" | pooled" if pooled else "") + " |",
+           "|---" * (len(columns) + 1 + pooled) + "|"]
+  for i, c in enumerate(table.claims, 1):
+    cells = [verdict.get((i, col.key), "") for col in columns]
+    if pooled:
+      cells.append(verdict.get((i, ""), ""))
+    lines.append(f"| {_claim_name(table, i, c, letters, with_evaluations=False)} | "
+                 + " | ".join(cells) + " |")
   return lines
 
 
@@ -556,10 +637,22 @@ def _notes_section(table: Table, records) -> str:
   return "".join(lines)
 
 
-def _claims_section(table: Table, records, g: Gate, seeds=None) -> str:
-  """The paper's claims, their sources, then each checked (empty for a table without claims)."""
+def _claims_section(table: Table, records, g: Gate, seeds=None, page: bool = False) -> str:
+  """The paper's claims, their sources, then each checked (empty for a table without claims); on
+  the page (`page`), the sources and the verdict of each claim in each column."""
   if not table.claims:
     return ""
+  if page:
+    checked = claim_lines(table, records, g, seeds)
+    letters = _source_letters(table)
+    rule = ("by the verdict rule over training seeds" if table.seeds else
+            "a claim holds where it holds at every evaluation it reads")
+    return "".join(["\n## The paper's claims\n\n",
+                    f"Each claim's verdict in each column it applies to ({rule}); each check's "
+                    "numbers: table.md in the run folder.\n\n",
+                    *[f"- ({letter}) {source}\n" for source, letter in letters.items()], "\n",
+                    *[f"{line}\n" for line in claims_grid(table, records, g, seeds)],
+                    f"\n{claim_tally(table, records, g, checked)}\n"])
   if table.seeds:
     rule = (f"Every comparison the paper makes about these rows, checked in every column it "
             f"applies to at training seeds {', '.join(map(str, table.seeds))}: "
@@ -615,9 +708,10 @@ def _seeds_section(table: Table, seeds) -> str:
 
 
 def _markdown(table: Table, records, choices, random_acc, timing, baselines=None,
-              appendix: str = "", cell_baselines=None, seeds=None) -> str:
+              appendix: str = "", cell_baselines=None, seeds=None, page: bool = False) -> str:
   """table.md: the title, a section per evaluation, the learning rates, the notes, the gate, the
-  paper's claims, the table's checks, its appendix and the run time."""
+  paper's claims, the table's checks, its appendix and the run time. page.md (`page`): the same,
+  with the gate's and the claims' verdicts as grids, their numbers left to table.md."""
   parts = [f"# {table.title} — `{table.name}`, scale `{table.scale}`\n\n",
            "Each cell: **ours** (paper). Top-1 test accuracy in percent.\n\n"]
   parts += [_evaluation_section(table, records, e, baselines, cell_baselines)
@@ -626,8 +720,8 @@ def _markdown(table: Table, records, choices, random_acc, timing, baselines=None
     parts.append(f"Linear probe of the encoder at random initialization: {fmt(random_acc)}.\n\n")
   parts += [_learning_rates_section(table, choices), _notes_section(table, records)]
   g = gate(table, records, baselines, cell_baselines)
-  parts += ["\n## Gate\n\n", "\n".join(gate_lines(table, g)) + "\n",
-            _claims_section(table, records, g, seeds), _seeds_section(table, seeds or {}),
+  parts += ["\n## Gate\n\n", "\n".join((gate_grid if page else gate_lines)(table, g)) + "\n",
+            _claims_section(table, records, g, seeds, page), _seeds_section(table, seeds or {}),
             _checks_section(table, records, g)]
   if appendix:
     parts.append(f"\n{appendix.rstrip()}\n")
@@ -693,8 +787,12 @@ def write(table: Table, output_dir: str, todo, skipped, results, choices, random
   md = _markdown(table, records, choices, random_acc, timing, baselines, appendix, cell_baselines,
                  seeds)
   rundir.write_atomic(os.path.join(output_dir, "table.md"), md)
+  page = _markdown(table, records, choices, random_acc, timing, baselines, appendix,
+                   cell_baselines, seeds, page=True)
+  rundir.write_atomic(os.path.join(output_dir, "page.md"), page)
   curve_key = table.curve_evaluation.key if table.curve_evaluation is not None else None
   raw = (baselines or {}).get(curve_key, {}).get("raw_pixels")
   png = plot(table, output_dir, [c for c in todo if c.seed is None], results, random_acc, raw)
   return {"records": records, "table_md": os.path.join(output_dir, "table.md"),
+          "page_md": os.path.join(output_dir, "page.md"),
           "table_csv": os.path.join(output_dir, "table.csv"), "curves_png": png}

@@ -226,6 +226,23 @@ def test_report_of_hand_made_results(tmp_path):
   assert "(a) Sec. 4.1 on Table 1" in md and "(b) footnote 3" in md
   assert os.path.getsize(out["curves_png"]) > 1000
   assert "Run time: 12.0 min over 2 invocation(s)" in md
+  # page.md: the same table with the claims' and the gate's verdicts as grids; the numbers stay in
+  # table.md. Each grid cell is the verdict of that claim's check in that column.
+  page = open(out["page_md"]).read()
+  assert page.startswith(md[:md.index("## Gate")]) and page.endswith(md[md.index("\nRun time"):])
+  grid = {line.split(" | ")[0][2:]: line.split(" | ")[1:] for line in page.splitlines()
+          if line.startswith("| [")}
+  verdicts = {}
+  for line in lines:
+    verdicts.setdefault(line.split("] ", 1)[0] + "]", []).append(table_report.verdict_of(line))
+  assert len(grid) == len(table.claims) and sum(len(v) for v in verdicts.values()) == len(lines)
+  for name, cells in grid.items():
+    shown = [c.strip(" |").replace("**", "") for c in cells if c.strip(" |")]
+    assert shown == verdicts[name.split(" ")[0]], name
+  assert grid["[1] DCCO above CCO + FedAvg (a)"][:2] == ["", "untested"]  # noniid_1: no check.
+  assert grid["[2] DCCO above Contrastive + FedAvg (a)"][2] == "**fails**"  # noniid_8.
+  assert "| CCO + FedAvg | — | — | goal met / **fails** |" in page  # noniid_4 failed: no margins.
+  assert " — holds" not in page and "over raw pixels (points)" not in page
   # Written without baselines, the table can test nothing: every claim says so.
   bare = table_report.write(table, str(tmp_path), todo, skipped, results, choices, 0.45,
                             {"runs": {}, "invocations": []})
@@ -437,6 +454,11 @@ def test_a_comparison_at_one_percent_of_the_labels_is_gated_at_one_percent():
   assert "At 1% of the labels (p1_s0, p1_s1):" in text
   assert "| CCO + FedAvg, IID 7,500 / 8 / 16 | +5.1, -0.8 | +35.9, +31.1 | **fails** |" in text
   assert "| CCO + FedAvg, IID 7,500 / 8 / 16 | +3.3, +2.8 | +30.9, +31.7 | passes |" in text
+  # The page's grid: each cell's verdict at 10% / 1%, in the results grid's layout.
+  grid = {line.split(" | ")[0]: line.split(" | ") for line in table_report.gate_grid(table, g)
+          if line.startswith("| ")}
+  assert "| gate at 10% / 1% labels" in grid and grid["| CCO + FedAvg"][6] == "passes / **fails**"
+  assert grid["| DCCO"][6] == "goal met / goal met" and grid["| DCCO"][1] == "—"  # Not run.
 
 
 def test_the_tally_counts_the_papers_claims_and_the_projects_own_apart():
