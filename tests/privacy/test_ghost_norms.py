@@ -98,3 +98,56 @@ def test_a_layer_without_a_ghost_norm_is_refused(float64):
 def test_dp_norms_is_checked():
   with pytest.raises(ValueError, match="--dp_norms='fast'"):
     DCCOConfig(norms="fast")
+
+
+@pytest.mark.parametrize("standardize,kernel,strides,padding,size", [
+    (True, 3, 1, "same", 4), (True, 3, 2, "same", 7), (False, 3, 2, "valid", 6),
+    (True, 1, 2, "same", 5), (False, 2, 1, "same", 5)])
+def test_conv_norms_by_gram_equal_each_clients_own_gradient(float64, standardize, kernel, strides,
+                                                            padding, size):
+  """A convolution's per-client filter sums (sum g^2, sum g, sum g W_hat per output filter) by both
+  ways `ghost` has, the kernel gradient per offset and the pairs' Gram matrices (which the cost rule
+  picks for small maps), equal those of each client's own kernel gradient, taken by autodiff one
+  client at a time, to 1e-10: unequal clients with their rows scattered (1, 2 and 5 rows), stride 2,
+  valid and even-kernel padding, with and without weight standardization."""
+  from tff_ssl.models import layers  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  segments = np.array([2, 0, 1, 2, 2, 1, 2, 2], np.int32)  # Clients of 1, 2 and 5 rows.
+  x = tf.constant(rng.normal(size=(len(segments), size, size, 3)))
+  conv = (layers.WSConv2D if standardize else layers.Conv2D)(
+      4, kernel, strides=strides, padding=padding, use_bias=False)
+  with layers.recording() as records:
+    y = conv(x)
+  [record] = records
+  dy = tf.constant(rng.normal(size=y.shape))
+  rows = losses.statistics.ClientRows(segments, 3, 1)
+  w_hat = record.standardized if standardize else conv.kernel
+  want = []
+  for k in range(3):
+    mine = tf.constant(segments == k)
+    with tf.GradientTape() as tape:
+      tape.watch(w_hat)
+      out = tf.nn.conv2d(tf.boolean_mask(x, mine), w_hat, strides, padding.upper())
+      loss = tf.reduce_sum(out * tf.boolean_mask(dy, mine))
+    g = tape.gradient(loss, w_hat)
+    want.append([tf.reduce_sum(tf.square(g), [0, 1, 2]), tf.reduce_sum(g, [0, 1, 2]),
+                 tf.reduce_sum(g * w_hat, [0, 1, 2])])
+  want = np.array([[t.numpy() for t in client] for client in want])  # [K, 3, c_out]
+  for way in (ghost._conv_filter_sums, ghost._conv_filter_sums_by_gram):  # pylint: disable=protected-access
+    got = ghost._as_three(way(record, dy, rows))  # pylint: disable=protected-access
+    got = np.stack([t.numpy() for t in got], 1)
+    parts = slice(None) if standardize else slice(0, 1)  # Without W_hat only sum g^2 is needed.
+    np.testing.assert_allclose(got[:, parts], want[:, parts], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("size,channels,pays", [(4, 64, True), (14, 16, False)])
+def test_the_gram_way_is_taken_on_small_maps_of_many_filters(size, channels, pays):
+  """The cost rule (multiply-adds of the two ways) on the mini model's shapes with two-row (one-image)
+  clients: the Gram matrices at its 4 x 4 x 64 stage, the per-offset gradients at 14 x 14 x 16."""
+  from tff_ssl.models import layers  # pylint: disable=g-import-not-at-top
+  x = tf.zeros([8, size, size, channels])
+  conv = layers.WSConv2D(channels, 3, padding="same", use_bias=False)
+  with layers.recording() as records:
+    y = conv(x)
+  rows = losses.statistics.ClientRows(np.arange(8, dtype=np.int32) % 4, 4, 1)
+  assert bool(ghost._gram_pays(records[0], y, rows)) == pays  # pylint: disable=protected-access

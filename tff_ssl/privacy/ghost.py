@@ -10,7 +10,10 @@ over its rows only, so per layer:
   dense      W: sum_{r in k} x_r dy_r^T, ||.||^2 = sum_{r,s in k} (x_r . x_s)(dy_r . dy_s), which
              never forms the [d_in, d_out] matrix (`rows.pair_sums`); bias: ||sum_{r in k} dy_r||^2.
   conv       G_k = sum_{r in k} sum_t patch_{r,t} dy_{r,t}^T, formed per client for one kernel offset
-             at a time ([K, c_in, c_out]); weight standardization W_hat = (W - mean) * inv maps a
+             at a time ([K, c_in, c_out]), or, where that costs more (small maps of many filters:
+             `_gram_pays`), never formed: per output filter o, sum_e G_eo^2 =
+             sum_{r,s in k} sum_{t,u} (patch_rt . patch_su) dy_rto dy_suo from the client's pairs of
+             rows' Gram matrices of x; weight standardization W_hat = (W - mean) * inv maps a
              gradient g of W_hat (per output filter o, n = kh kw c_in entries) to
              inv_o (g - mean(g) - W_hat_o mean(g W_hat_o)), whose squared norm is
              inv_o^2 (|g|^2 - (sum g)^2 / n - (2 - r_o)(sum g W_hat_o)^2 / n), r_o = mean(W_hat_o^2).
@@ -27,6 +30,7 @@ here are in both views' halves of the batch), and walks the Keras graph layer by
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 # The clip factor reads a client's norm this much larger than computed: the norm and the summed
@@ -76,10 +80,10 @@ def squared_norms(record, dy, rows) -> tf.Tensor:
   return _conv_squared_norms(record, dy, rows)
 
 
-def _conv_squared_norms(record, dy, rows) -> tf.Tensor:
-  kernel = record.weights["kernel"]
-  kh, kw, _, _ = kernel.shape.as_list()
-  squares = sums = aligned = 0.0  # Per client and output filter: sum g^2, sum g, sum g W_hat.
+def _conv_filter_sums(record, dy, rows):
+  """Per client and output filter ([K, c_out] each): sum g^2, sum g and sum g W_hat over the
+  filter's entries of the client's kernel gradient g, formed per kernel offset."""
+  squares = sums = aligned = 0.0
   standardized = record.standardized
   for (i, j), patch in _offsets(record.inputs, dy, record.layer):
     g = rows.segment_sum(tf.einsum("rhwc,rhwd->rcd", patch, dy))  # [K, c_in, c_out]
@@ -87,6 +91,76 @@ def _conv_squared_norms(record, dy, rows) -> tf.Tensor:
     if standardized is not None:
       sums += tf.reduce_sum(g, 1)
       aligned += tf.reduce_sum(g * standardized[i, j][None], 1)
+  return squares, sums, aligned
+
+
+def _padded_positions(record, dy):
+  """(x padded as the layer pads it, flattened to [R, P, c_in]; [T, kh kw]: the padded position
+  each output position reads at each kernel offset)."""
+  layer, x = record.layer, record.inputs
+  kh, kw = layer.kernel_size
+  (sh, sw), (height, width), (oh, ow) = layer.strides, x.shape[1:3], dy.shape[1:3]
+  ph = pw = 0
+  if layer.padding.upper() == "SAME":
+    ph, pw = max((oh - 1) * sh + kh - height, 0), max((ow - 1) * sw + kw - width, 0)
+    x = tf.pad(x, [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]])
+  hp, wp = height + ph, width + pw
+  a, b, i, j = np.meshgrid(np.arange(oh), np.arange(ow), np.arange(kh), np.arange(kw),
+                           indexing="ij")
+  index = ((a * sh + i) * wp + (b * sw + j)).reshape(oh * ow, kh * kw)
+  return tf.reshape(x, [-1, hp * wp, x.shape[-1]]), index
+
+
+def _conv_filter_sums_by_gram(record, dy, rows):
+  """`_conv_filter_sums` from Gram matrices of a client's pairs of rows, without any kernel
+  gradient: sum_e g_eo^2 = sum_{r,s in k} sum_{t,u} (patch_rt . patch_su) dy_rto dy_suo, where
+  patch_rt . patch_su = sum over kernel offsets of x_r . x_s at the positions they read; sum_e g_eo
+  and sum_e g_eo W_hat_eo are per row (each patch's entries summed; the standardized convolution's
+  output), summed by client. It pays where positions are few and filters many (a small map)."""
+  xp, index = _padded_positions(record, dy)
+  points, offsets = index.shape
+  p = int(xp.shape[1])
+  dyf = tf.reshape(dy, [-1, points, dy.shape[-1]])  # [R, T, c_out]
+  first, second, client = rows._pair_indices()  # pylint: disable=protected-access
+  gram = tf.einsum("npc,nqc->npq", tf.gather(xp, first), tf.gather(xp, second))  # [n, P, P]
+  flat = (index[:, None, :] * p + index[None, :, :]).reshape(-1)  # [T, T, offsets]
+  patch_gram = tf.reduce_sum(tf.reshape(tf.gather(tf.reshape(gram, [-1, p * p]), flat, axis=1),
+                                        [-1, points, points, offsets]), -1)  # [n, T, T]
+  second_dy = tf.einsum("ntu,nuo->nto", patch_gram, tf.gather(dyf, second))
+  squares = tf.math.unsorted_segment_sum(
+      tf.reduce_sum(tf.gather(dyf, first) * second_dy, 1), client, rows.count)
+  standardized = record.standardized
+  if standardized is None:
+    return squares, 0.0, 0.0
+  patch_sums = tf.reduce_sum(tf.gather(tf.reduce_sum(xp, -1), index, axis=1), -1)  # [R, T]
+  sums = rows.segment_sum(tf.einsum("rt,rto->ro", patch_sums, dyf))
+  layer = record.layer
+  y = tf.nn.conv2d(record.inputs, standardized, [1, *layer.strides, 1], layer.padding.upper())
+  aligned = rows.segment_sum(tf.reduce_sum(y * dy, [1, 2]))
+  return squares, sums, aligned
+
+
+def _gram_pays(record, dy, rows) -> tf.Tensor:
+  """Whether `_conv_filter_sums_by_gram` takes fewer multiply-adds than forming each client's
+  kernel gradient (its pairs' Gram matrices against every row's gradient, per kernel offset)."""
+  kh, kw, c_in, c_out = record.weights["kernel"].shape.as_list()
+  height, width = record.inputs.shape[1:3]
+  points = int(dy.shape[1]) * int(dy.shape[2])
+  padded = (height + kh) * (width + kw)  # At least the padded map.
+  per_pair = padded * padded * c_in + points * points * (c_out + kh * kw)
+  per_row = points * kh * kw * c_in * c_out
+  pairs = tf.cast(tf.reduce_sum(tf.square(rows._sizes)), tf.float64)  # pylint: disable=protected-access
+  return pairs * per_pair < tf.cast(tf.size(rows.segments), tf.float64) * per_row
+
+
+def _conv_squared_norms(record, dy, rows) -> tf.Tensor:
+  kernel = record.weights["kernel"]
+  kh, kw, _, _ = kernel.shape.as_list()
+  standardized = record.standardized
+  squares, sums, aligned = tf.cond(
+      _gram_pays(record, dy, rows),
+      lambda: _as_three(_conv_filter_sums_by_gram(record, dy, rows)),
+      lambda: _as_three(_conv_filter_sums(record, dy, rows)))
   if standardized is None:
     total = tf.reduce_sum(squares, 1)
   else:
@@ -98,6 +172,12 @@ def _conv_squared_norms(record, dy, rows) -> tf.Tensor:
   if "bias" in record.weights:
     total += tf.reduce_sum(tf.square(rows.segment_sum(tf.reduce_sum(dy, [1, 2]))), 1)
   return total
+
+
+def _as_three(parts):
+  """Both branches of a tf.cond give three [K, c_out] tensors (a term a layer has no use for: 0)."""
+  squares = parts[0]
+  return tuple(p if tf.is_tensor(p) else tf.zeros_like(squares) for p in parts)
 
 
 def _variance(kernel) -> tf.Tensor:
