@@ -97,14 +97,11 @@ def _conv_filter_sums(record, dy, rows):
 def _padded_positions(record, dy):
   """(x padded as the layer pads it, flattened to [R, P, c_in]; [T, kh kw]: the padded position
   each output position reads at each kernel offset)."""
-  layer, x = record.layer, record.inputs
+  layer = record.layer
   kh, kw = layer.kernel_size
-  (sh, sw), (height, width), (oh, ow) = layer.strides, x.shape[1:3], dy.shape[1:3]
-  ph = pw = 0
-  if layer.padding.upper() == "SAME":
-    ph, pw = max((oh - 1) * sh + kh - height, 0), max((ow - 1) * sw + kw - width, 0)
-    x = tf.pad(x, [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]])
-  hp, wp = height + ph, width + pw
+  (sh, sw), (oh, ow) = layer.strides, dy.shape[1:3]
+  x = _padded(record.inputs, dy, layer)
+  hp, wp = x.shape[1:3]
   a, b, i, j = np.meshgrid(np.arange(oh), np.arange(ow), np.arange(kh), np.arange(kw),
                            indexing="ij")
   index = ((a * sh + i) * wp + (b * sw + j)).reshape(oh * ow, kh * kw)
@@ -185,15 +182,23 @@ def _variance(kernel) -> tf.Tensor:
   return tf.reduce_mean(tf.square(centered), [0, 1, 2])
 
 
+def _padded(x, dy, layer):
+  """x padded as the layer's "SAME" pads it (as it is for "VALID")."""
+  kh, kw = layer.kernel_size
+  (sh, sw), (height, width), (oh, ow) = layer.strides, x.shape[1:3], dy.shape[1:3]
+  if layer.padding.upper() != "SAME":
+    return x
+  ph, pw = max((oh - 1) * sh + kh - height, 0), max((ow - 1) * sw + kw - width, 0)
+  return tf.pad(x, [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]])
+
+
 def _offsets(x, dy, layer):
   """((i, j), x's rows at kernel offset (i, j) under each output position [R, oh, ow, c_in]) for
   every offset: a convolution's kernel gradient at (i, j) is sum over positions of these times dy
   (x padded as "SAME" pads it; `models.layers.sliced_filter_gradient`)."""
   kh, kw = layer.kernel_size
-  (sh, sw), (height, width), (oh, ow) = layer.strides, x.shape[1:3], dy.shape[1:3]
-  if layer.padding.upper() == "SAME":
-    ph, pw = max((oh - 1) * sh + kh - height, 0), max((ow - 1) * sw + kw - width, 0)
-    x = tf.pad(x, [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]])
+  (sh, sw), (oh, ow) = layer.strides, dy.shape[1:3]
+  x = _padded(x, dy, layer)
   for i in range(kh):
     for j in range(kw):
       yield (i, j), x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
