@@ -510,12 +510,12 @@ def gate_grid(table: Table, g: Gate) -> list[str]:
   return lines
 
 
-def claims_grid(table: Table, records, g: Gate, seeds=None) -> list[str]:
+def claims_grid(table: Table, checks) -> list[str]:
   """The page's claims: a row per claim, a column per table column (and "pooled" for a claim
-  between rows without columns), each cell the verdict `claim_lines` gives there; the numbers are
-  table.md's."""
+  between rows without columns), each cell the verdict of that claim's check there (`checks`:
+  `_claim_checks`' (claim number, column, line)); the numbers are table.md's."""
   verdict: dict = {}
-  for i, column, line in _claim_checks(table, records, g, seeds):
+  for i, column, line in checks:
     word = verdict_of(line)
     verdict[(i, column)] = "**fails**" if word == "fails" else word
   columns = [c for c in table.columns if any(k == c.key for _, k in verdict)]
@@ -643,7 +643,8 @@ def _claims_section(table: Table, records, g: Gate, seeds=None, page: bool = Fal
   if not table.claims:
     return ""
   if page:
-    checked = claim_lines(table, records, g, seeds)
+    checks = list(_claim_checks(table, records, g, seeds))
+    checked = [line for _, _, line in checks]
     letters = _source_letters(table)
     rule = ("by the verdict rule over training seeds" if table.seeds else
             "a claim holds where it holds at every evaluation it reads")
@@ -651,7 +652,7 @@ def _claims_section(table: Table, records, g: Gate, seeds=None, page: bool = Fal
                     f"Each claim's verdict in each column it applies to ({rule}); each check's "
                     "numbers: table.md in the run folder.\n\n",
                     *[f"- ({letter}) {source}\n" for source, letter in letters.items()], "\n",
-                    *[f"{line}\n" for line in claims_grid(table, records, g, seeds)],
+                    *[f"{line}\n" for line in claims_grid(table, checks)],
                     f"\n{claim_tally(table, records, g, checked)}\n"])
   if table.seeds:
     rule = (f"Every comparison the paper makes about these rows, checked in every column it "
