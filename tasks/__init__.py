@@ -47,7 +47,7 @@ def get_task(name: str) -> ExperimentConfig:
 
 
 # Paper tables (`bin/reproduce --table=NAME --scale=SCALE`): name -> scale -> Table factory.
-from tasks import centralized_gate, centralized_gate_vit, dcco_table1, fedema_table3, fedfoa_table, fedx_fedu2_regime, fedx_table, ldawa_table2, lwfedssl_table, mini_regime, privacy_scaling_table, privacy_table, statistics_table  # noqa: E402  pylint: disable=g-import-not-at-top
+from tasks import centralized_gate, centralized_gate_vit, dcco_table1, fedema_table3, fedfoa_table, fedx_fedu2_regime, fedx_table, ldawa_table2, lwfedssl_table, mini_regime, privacy_levers_table, privacy_scaling_table, privacy_table, statistics_table  # noqa: E402  pylint: disable=g-import-not-at-top
 
 TABLES = {dcco_table1.NAME: dcco_table1.SCALES, ldawa_table2.NAME: ldawa_table2.SCALES,
           ldawa_table2.COLLAPSE_NAME: ldawa_table2.COLLAPSE_SCALES,
@@ -57,7 +57,8 @@ TABLES = {dcco_table1.NAME: dcco_table1.SCALES, ldawa_table2.NAME: ldawa_table2.
           centralized_gate_vit.NAME: centralized_gate_vit.SCALES,
           privacy_table.NAME: privacy_table.SCALES, statistics_table.NAME: statistics_table.SCALES,
           privacy_scaling_table.NAME: privacy_scaling_table.SCALES, fedx_table.NAME: fedx_table.SCALES,
-          fedx_fedu2_regime.NAME: fedx_fedu2_regime.SCALES}
+          fedx_fedu2_regime.NAME: fedx_fedu2_regime.SCALES,
+          privacy_levers_table.NAME: privacy_levers_table.SCALES}
 
 
 def get_table(name: str, scale: str):

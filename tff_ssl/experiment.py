@@ -68,6 +68,7 @@ SHARED_FIELDS = (
         f"{m.name} ({'/'.join(m.ssl)})" for m in methods.METHODS.values() if m.ssl) + ".",
           choices=lambda: ssl_lib.SSL_METHODS),
     data_lib.sources.DATASET, data_lib.sources.DATA_DIR, data_lib.sources.DOWNLOAD,
+    data_lib.sources.PROBE_DATASET,
     models.ENCODER, models.WIDTH, models.resnet.STEM_STRIDE, models.resnet.POOL_GRID,
     models.resnet.WEIGHT_STANDARDIZATION, models.vit.DEPTH, models.vit.PATCH_SIZE,
     models.vit.READOUT, models.vit.FREEZE_PATCH_EMBED, models.layers.PRECISION,
@@ -137,6 +138,16 @@ class _ExperimentConfig:
       raise ValueError(f"predictor sizes must end at the projector's output "
                        f"{self.projector[-1]}; got {list(self.predictor)}")
     data_lib.PARTITIONS[self.partition].check(self)
+    if self.probe_dataset and self.method_entry.kind != "centralized":
+      raise ValueError(f"--probe_dataset={self.probe_dataset} probes a centralized pretraining on "
+                       f"other images; method {self.method!r} is {self.method_entry.kind} and "
+                       f"probes --dataset: remove --probe_dataset (or train with --dataset="
+                       f"{self.probe_dataset})")
+    if self.probe_dataset and (data_lib.image_shape(self.probe_dataset) !=
+                               data_lib.image_shape(self.dataset)):
+      raise ValueError(f"--probe_dataset={self.probe_dataset} has images of shape "
+                       f"{data_lib.image_shape(self.probe_dataset)}; --dataset={self.dataset}'s are "
+                       f"{data_lib.image_shape(self.dataset)}: choose a probe dataset of that shape")
     if self.method_entry.kind == "federated":
       sampling.check(self.client_sampling, self.num_clients, self.clients_per_round, self.rounds)
     else:
@@ -255,6 +266,13 @@ class RunExistsError(ValueError):
   """The output folder already holds a finished run."""
 
 
+def probe_config_of(config: ExperimentConfig) -> ExperimentConfig:
+  """`config` with the dataset its probes read (`--probe_dataset`, else its own)."""
+  if config.probe_dataset and config.probe_dataset != config.dataset:
+    return dataclasses.replace(config, dataset=config.probe_dataset, probe_dataset="")
+  return config
+
+
 def load_splits(config: ExperimentConfig) -> tuple[data_lib.ImageSet, data_lib.ImageSet]:
   """The (train, evaluation) splits of a run: (train, test), or with `validation_fraction` > 0,
   (train minus a stratified held-out fraction, that held-out validation split)."""
@@ -311,8 +329,16 @@ def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progre
         config, train, test, output_dir, progress=progress,
         random_init_baseline=random_init_baseline, init=initial_encoder(config, train.image_shape))
   else:
-    results, encoders = _run_centralized(config, train, test, output_dir, progress=progress,
+    if config.probe_dataset:  # The probes read other images than the pretraining's.
+      train_labels, test = load_splits(probe_config_of(config))
+    else:
+      train_labels = train
+    results, encoders = _run_centralized(config, train, train_labels, test, output_dir,
+                                         progress=progress,
                                          random_init_baseline=random_init_baseline)
+    train = train_labels  # What the evaluations below read.
+    if config.probe_dataset:
+      results["probe_dataset"] = config.probe_dataset
   if config.init_from:
     results["init_from"] = config.init_from
   if evaluate is not None:
@@ -334,18 +360,20 @@ def _run(config: ExperimentConfig, output_dir: str, results_path: str, *, progre
   return results
 
 
-def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, progress: bool,
-                     random_init_baseline: bool
+def _run_centralized(config: ExperimentConfig, images, train, test, output_dir: str, *,
+                     progress: bool, random_init_baseline: bool
                      ) -> tuple[dict[str, Any], list[tuple[str, tf.keras.Model]]]:
-  if config.batch_size > len(train):
-    raise ValueError(f"batch_size {config.batch_size} exceeds the {len(train)} training images of "
-                     f"{config.dataset}")
+  """Pretrains on `images` (the training split of --dataset); the probes read `train` and `test`
+  (--probe_dataset's splits, or the same images' with their labels)."""
+  if config.batch_size > len(images):
+    raise ValueError(f"batch_size {config.batch_size} exceeds the {len(images)} training images "
+                     f"of {config.dataset}")
   rundir.write_hparams(config, output_dir)
   # A centralized run starts over when rerun: drop what an interrupted one saved.
   shutil.rmtree(os.path.join(output_dir, "checkpoints"), ignore_errors=True)
 
   tf.keras.utils.set_random_seed(config.seed)
-  build = centralized_model_builder(config, train.image_shape)
+  build = centralized_model_builder(config, images.image_shape)
   model = build()
   probe = config.probe_config()
   start = time.perf_counter()
@@ -367,7 +395,7 @@ def _run_centralized(config: ExperimentConfig, train, test, output_dir: str, *, 
               evaluation.linear_probe(model.encoder, train, test, probe))
         sinks.release(step, values)
 
-    history = pretrain(model, train.images, config.parsed, on_step=on_step, build=build)  # Parsed once.
+    history = pretrain(model, images.images, config.parsed, on_step=on_step, build=build)  # Parsed once.
   pretrained_acc = evaluation.linear_probe(model.encoder, train, test, probe)
   save_encoder(output_dir, model.encoder)
   save_heads(output_dir, model)
@@ -514,6 +542,9 @@ def evaluate_run(run_dir: str, protocol: str = "linear_probe", *, label_fraction
     raise ValueError(f"tuned_linear_probe chooses its own regularization and takes no "
                      f"{'/'.join(sorted(overrides))}; drop --{' --'.join(sorted(overrides))}")
   config, encoder = load_encoder(run_dir)
+  if dataset is None and config.probe_dataset:  # The run's own probes read it.
+    dataset = config.probe_dataset
+  config = dataclasses.replace(config, probe_dataset="")
   other = dataset not in (None, config.dataset)
   if other:
     if dataset not in data_lib.SOURCES:

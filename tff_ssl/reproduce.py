@@ -308,7 +308,8 @@ def cell_baselines(table: Table, output_dir: str, todo,
   for cell in todo:
     if cell.row.supervised or cell.seed is not None:  # The gate reads each row's own seed.
       continue
-    config = table.cell_config(cell.row, cell.column)
+    # The data its probes read (a centralized row may pretrain on other images: --probe_dataset).
+    config = experiment.probe_config_of(table.cell_config(cell.row, cell.column))
     data = (config.dataset, config.data_dir)
     if data not in splits:
       splits[data] = experiment.load_splits(dataclasses.replace(config, validation_fraction=0.0))

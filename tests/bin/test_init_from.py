@@ -40,3 +40,46 @@ def test_a_federated_run_starts_from_a_finished_runs_encoder(tmp_path):
     assert ended.returncode == cli.EXIT_ERROR, ended.stderr[-2000:]
     assert reason in ended.stderr and ended.stderr.strip().count("\n") == 0
     assert "--init_from" in ended.stderr and not out.exists()
+
+
+def test_a_centralized_run_probes_the_images_it_is_meant_for(tmp_path, monkeypatch):
+  """--probe_dataset: a centralized run pretrains on one source and every probe of it (the run's
+  own, its raw-pixel and random-init baselines, bin/evaluate's default) reads another: each equals
+  the same probe computed here on that source's splits, to the last digit. Refused in one line
+  (exit 2, nothing written): a federated method, a source of other image shape."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from tff_ssl import evaluation, experiment  # pylint: disable=g-import-not-at-top
+  from tff_ssl.data import sources  # pylint: disable=g-import-not-at-top
+  # A small stand-in for the dead leaves (other images and 4 classes), so that the test is quick.
+  monkeypatch.setitem(sources.SOURCES, "synthetic_leaves", lambda split, data_dir=None,
+                      download=False: sources.synthetic(split, num_classes=4, seed=7))
+  source = str(tmp_path / "source")
+  ended = train_in_process("--task=synthetic_smoke", "--probe_dataset=synthetic_leaves",
+                           f"--output_dir={source}")
+  assert ended.returncode == 0, ended.stderr[-2000:]
+  with open(os.path.join(source, "results.json")) as f:
+    results = json.load(f)
+  assert results["dataset"] == "synthetic" and results["probe_dataset"] == "synthetic_leaves"
+  config, encoder = experiment.load_encoder(source)
+  probe_config = dataclasses.replace(config, dataset="synthetic_leaves", probe_dataset="")
+  train, test = experiment.load_splits(probe_config)
+  assert train.num_classes == 4
+  probe = config.probe_config()
+  assert results["linear_probe_accuracy_pretrained"] == evaluation.linear_probe(
+      encoder, train, test, probe)
+  assert results["linear_probe_accuracy_raw_pixels"] == evaluation.linear_probe(
+      evaluation.raw_pixels(train.image_shape), train, test, probe)
+  own = experiment.load_splits(config)  # The pretraining source's labels give another number.
+  assert results["linear_probe_accuracy_pretrained"] != evaluation.linear_probe(
+      encoder, *own, probe)
+  path, record = experiment.evaluate_run(source)
+  assert record["dataset"] == "synthetic_leaves" and path.endswith("_synthetic_leaves.json")
+
+  for flags, reason in ((["--task=synthetic_dcco_smoke"], "method 'dcco' is federated"),
+                        (["--task=synthetic_smoke", "--probe_dataset=cifar10"], "of that shape")):
+    out = tmp_path / "refused"
+    ended = train_in_process(*flags, "--probe_dataset=synthetic_leaves" if len(flags) == 1 else
+                             "--seed=0", f"--output_dir={out}")
+    assert ended.returncode == cli.EXIT_ERROR, ended.stderr[-2000:]
+    assert reason in ended.stderr and ended.stderr.strip().count("\n") == 0, ended.stderr
+    assert "--probe_dataset" in ended.stderr and not out.exists()

@@ -33,6 +33,11 @@ DATASET = Field("dataset", "fashion_mnist", "Image source.", choices=lambda: SOU
 DATA_DIR = Field("data_dir", None, "tensorflow-datasets folder for tfds sources.",
                  kind=str, optional=True)
 DOWNLOAD = Field("download", False, "Let tfds download a missing dataset (needs the internet).")
+PROBE_DATASET = Field(
+    "probe_dataset", "", "Centralized runs: the labelled images the run's probes (and their raw-pixel "
+    "and random-init baselines) read, '' for --dataset's; images of --dataset's shape, e.g. "
+    "--dataset=synthetic_leaves --probe_dataset=fashion_mnist_shifted: an encoder pretrained on no "
+    "task image, probed on the task.", choices=lambda: ("",) + tuple(SOURCES))
 
 
 UNLABELED = -1
