@@ -104,6 +104,11 @@ ABLATION = (
 )
 
 
+# The ablation's own columns' headings.
+SHORT = {"abl_scaling": "as the scaling table", "abl_pld": "+ PLD", "abl_unit": "+ unit",
+         "abl_multiplicity": f"+ synthetic init, M = {ABLATION_MULTIPLICITY}"}
+
+
 def _ablation_columns() -> tuple[Column, ...]:
   """The ablation's own cells: the grid's DP cell at K = 4,096, epsilon = 8 with the levers not yet
   added taken back (or, the last step, one more added)."""
@@ -116,7 +121,7 @@ def _ablation_columns() -> tuple[Column, ...]:
     if key in without:
       overrides = dict(without[key], rounds=MINI_ROUNDS[ABLATION_K], dp="gaussian_adaptive",
                        dp_target_epsilon=8.0)
-      columns.append(Column(key, "ablation at ε = 8", title=f"K = {ABLATION_K:,}: {title}",
+      columns.append(Column(key, f"ablation, ε = 8, K = {ABLATION_K:,}", title=SHORT[key],
                             overrides=tuple(sorted(overrides.items())),
                             in_images=(("clients_per_round", ABLATION_K),)))
   return tuple(columns)
