@@ -254,12 +254,18 @@ def checks(table: Table, records, gate: table_report.Gate) -> list[str]:
       if not all(isinstance(v, float) for v in got):
         continue
       passed = gate.passes(r.key, c.key)
-      line = (f"{r.name} at {c.label}, ε = 8: {' / '.join(table_report.fmt(v) for v in got)}; "
+      where = (f"K = {ABLATION_K:,}, ε = 8, ablation step {c.label!r}" if c.key.startswith("abl_")
+               else f"{c.label}, ε = 8")
+      line = (f"{r.name} at {where}: {' / '.join(table_report.fmt(v) for v in got)}; "
               + ("passes the gate" if passed else
                  f"does not pass the gate ({gate.why_not(r.key, c.key)})"))
       if r.init_from and synthetic:
         line += ("; over synthetic init " +
                  " / ".join(f"{100 * (a - b):+.1f}" for a, b in zip(got, synthetic)))
+      nodp = [ours.get((k, r.key, f"k{ABLATION_K}_nodp")) for k in keys]
+      if all(isinstance(v, float) for v in nodp):  # What the privacy costs, same users and rounds.
+        line += (f"; from no DP at K = {ABLATION_K:,} " +
+                 " / ".join(f"{100 * (a - b):+.1f}" for a, b in zip(got, nodp)))
       lines.append(line)
   return lines
 

@@ -330,10 +330,12 @@ def figure(table: Table, output_dir: str, todo, results, random_acc, raw_pixels=
   up to PANELS_PER_ROW columns a row; its legend lies inside the figure, right of the panels."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
   from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top
-  drawn = [r for r in table.rows if not r.supervised]
+  # Not drawn: supervised rows, and rows whose probes read other images than they trained on
+  # (--probe_dataset: a pretraining on synthetic images that other rows start from).
+  drawn = [r for r in table.rows if not r.supervised and not r.config.probe_dataset]
   colors = {r.key: COLORS[i % len(COLORS)] for i, r in enumerate(drawn)}
-  every = {c.path: series(output_dir, c, results.get(c.path), random_acc) for c in todo
-           if not c.row.supervised}
+  todo = [c for c in todo if c.row.key in colors]
+  every = {c.path: series(output_dir, c, results.get(c.path), random_acc) for c in todo}
   layout = _layout(len(table.columns), len(drawn))
   fig = Figure(figsize=(layout.width, layout.height), layout="constrained")
   FigureCanvasAgg(fig)

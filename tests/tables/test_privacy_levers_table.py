@@ -88,6 +88,8 @@ def _fake_run(table, out):
       if c is not None and r.skip_reason(c):
         continue
       acc = 0.70 if r.key == "synthetic" else 0.6 + (0.1 if r.init_from else 0.0)
+      if c is not None and c.key == "k4096_nodp":
+        acc += 0.05
       if c is not None and c.key.startswith("abl_"):
         acc = {"abl_scaling": 0.40, "abl_pld": 0.42, "abl_unit": 0.5,
                "abl_multiplicity": 0.75}[c.key]
@@ -122,9 +124,26 @@ def test_checks_and_ablation_on_hand_made_results(tmp_path):
              if c is None or not r.skip_reason(c) for k in ("tuned_10_s0", "tuned_10_s1")]
   lines = levers.checks(table, records, gates.passing(records))
   assert "DP-DCCO (CCO), synthetic init at K = 4,096, ε = 8: 70.0 / 71.0; passes the gate; over " \
-      "synthetic init +0.0 / +0.0" in lines, lines
+      "synthetic init +0.0 / +0.0; from no DP at K = 4,096 -5.0 / -5.0" in lines, lines
+  assert any(l.startswith("DP-DCCO (CCO) at K = 4,096, ε = 8, ablation step '+ PLD': 42.0 / 43.0; "
+                          "passes the gate") for l in lines), lines
   assert not any("K = 4,096, ε = 2" in l for l in lines)  # The goal is at epsilon = 8.
   claims = table_report.claim_lines(table, records, gates.passing(records))
   goal = [l for l in claims if "is at least 3 points above Synthetic init" in l]
   assert len(goal) == 6 and all(l.endswith("(+0.0 / +0.0 points) — **fails**") for l in goal), goal
   assert sum(l.endswith("— holds") for l in claims) == 15  # Synthetic init over random, 3 x 5.
+
+
+def test_the_synthetic_row_is_not_drawn_among_the_private_rows_curves(tmp_path):
+  """curves.png leaves out a row whose probes read other images than it trained on (the synthetic
+  init, a centralized row drawn otherwise in every column's panels)."""
+  from tff_ssl import table_plot  # pylint: disable=g-import-not-at-top
+  table = tasks.get_table("privacy_levers", "mini")
+  out = str(tmp_path)
+  _fake_run(table, out)
+  todo, _ = reproduce.cells(table)
+  results = {c.path: json.load(open(os.path.join(out, c.path, "results.json"))) for c in todo}
+  fig = table_plot.figure(table, out, todo, results, 0.36)
+  labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+  assert "DP-DCCO (CCO), synthetic init" in labels
+  assert not any(l.startswith("Synthetic init") for l in labels), labels
