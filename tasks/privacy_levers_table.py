@@ -62,7 +62,8 @@ MINI_DATASET = "fashion_mnist_shifted"
 POPULATION = 60_000
 CELL_MINUTES = 60
 # Rounds of each mini cohort (one view pair a user), to fit CELL_MINUTES a cell on 2 cores of an
-# AMD EPYC with AVX-512: see ROUND_SECONDS.
+# AMD EPYC with AVX-512: K = 4,096's from ROUND_SECONDS; K = 1,024's are the scaling table's (its
+# round 2.35 s there; not measured yet with these levers).
 MINI_ROUNDS = {1024: 900, 4096: 200}
 # Seconds a DP-DCCO (CCO) round of one-image users costs with every lever, by (K, M view pairs), on
 # 2 cores of an AMD EPYC with AVX-512 (resources.csv of 6-round runs, the median of rounds 2-5;
