@@ -191,10 +191,6 @@ def _rows(base: ExperimentConfig, grid: tuple[str, ...]) -> tuple[Row, ...]:
   return tuple(rows)
 
 
-def _dp_rows(rows) -> list[str]:
-  return [r.key for r in rows if r.federated]
-
-
 def claims(rows, columns) -> tuple[Claim, ...]:
   """The issue's goal and each lever's worth, as the project's own claims (no paper makes them)."""
   keys = {r.key for r in rows}
