@@ -132,12 +132,12 @@ def test_two_thousand_clients_states_stay_on_disk(tmp_path):
   # The measuring environment (glibc gives large blocks back on free; TF's tensors from glibc, not
   # oneDNN's pool) takes the allocator's pools out of the RSS readings: without it they moved by
   # +-100 MB from round to round and one CI run read +16.6 MB a round against the disk's +26. The
-  # wider projector makes each state 3x larger (84 MB of new states a round), so the signal is well
-  # above what noise remains.
+  # wider projector makes each state 6x larger (200 clients a round write 72 MB of new states), so
+  # the signal is well above what noise remains; more clients a round would cost time, not signal.
   # One checkpoint, after the last round: no version is pruned while the rows below are written, so
   # the store on disk grows by each round's new states (a prune mid-run would halve one reading).
-  proc = run(out, env=cost.MEASURING_ENV, ssl="byol", projector=(128, 32), rounds=6,
-             num_clients=2000, samples_per_client=1, clients_per_round=400, checkpoint_every=6,
+  proc = run(out, env=cost.MEASURING_ENV, ssl="byol", projector=(256, 64), rounds=6,
+             num_clients=2000, samples_per_client=1, clients_per_round=200, checkpoint_every=6,
              group_size=200)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out / "resources.csv") as f:
@@ -147,7 +147,7 @@ def test_two_thousand_clients_states_stay_on_disk(tmp_path):
   clients = len(client_state.DiskClientStateStore(str(out / "client_states")).clients())
   report = (f"{clients} clients with a state; client states on disk {disk[-1]:.0f} MB; Python RSS "
             f"per round (MB): {[round(x) for x in rss]}")
-  assert clients > 1300, report  # 1 - 0.8^6 of 2,000: ~1,475 expected.
+  assert clients > 800, report  # 1 - 0.9^6 of 2,000: ~940 expected.
   # Held in memory, the states would grow the process at least as fast as the store grows on disk.
   # Compare the least-squares growth per round from round 2 on, not two single readings. Measured
   # on an AMX Xeon: disk +72 MB a round, RSS +6 MB (ratio 0.09; earlier +8-10 MB a round with
